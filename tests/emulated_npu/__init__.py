@@ -1,0 +1,117 @@
+"""Emulated Ascend NPU for CI: a PyTorch PrivateUse1 backend named "npu".
+
+Importing this package compiles (first time only, see ``_build.py``) and loads
+a small C++ extension, renames PyTorch's PrivateUse1 backend to "npu",
+registers ``torch.npu`` (``device.py``) and adds ``Tensor.npu()``,
+``Module.npu()`` and friends. Afterwards ``torch.device("npu:0")``,
+``torch.accelerator`` (reports "npu"), ``torch.autocast("npu", ...)``,
+``torch.amp.GradScaler("npu")``, ``tensor.pin_memory()`` and
+``DataLoader(pin_memory=True)`` behave as on a host with torch_npu installed.
+Importing it twice is harmless.
+
+What it proves: code paths that select, move to, and run on a non-CUDA
+accelerator through PyTorch's generic device APIs work - device strings and
+indices, data movement, autocast dtype policy, grad scaling, pinned memory,
+per-device memory statistics, checkpoints loaded onto the device - and that
+nothing silently needs float64 on the device (NPUs have none: creating a
+float64 / complex128 npu tensor raises a RuntimeError mentioning "float64").
+
+What it cannot prove: anything about torch_npu itself (its kernels, HCCL
+distributed backend, streams/events, graph mode, memory limits), numerics of
+real NPU kernels, or speed. Tensors live in host memory; every op other than
+allocation, copies and views runs on CPU copies of its inputs through
+``at::native::cpu_fallback``, so ops are synchronous, streams/events are
+no-ops, and random numbers come from the CPU generator. Ops that have no CPU
+kernel (e.g. some fp16 ops) fail here and may work on an NPU - and vice versa.
+
+Environment:
+  ASCEND_RT_VISIBLE_DEVICES    if set, device count = number of entries
+  VTOOLS_EMU_NPU_DEVICE_COUNT  device count otherwise (default 2)
+  VTOOLS_EMU_NPU_NO_BF16=1     behave like an Ascend 910A (no bf16 autocast)
+  VTOOLS_EMU_NPU_BUILD_DIR     build cache (default
+                               ~/.cache/vtools/emulated_npu/<torch version>)
+The device count is read once per process, at first use.
+
+Run a command with the emulator installed, e.g. for CLI subprocesses:
+  python -m tests.emulated_npu -m vtools.some_cli --device npu ...
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["BACKEND_NAME", "install", "extension"]
+
+BACKEND_NAME = "npu"
+
+
+def _validate_env() -> None:
+    count = os.environ.get("VTOOLS_EMU_NPU_DEVICE_COUNT")
+    if count is not None and "ASCEND_RT_VISIBLE_DEVICES" not in os.environ:
+        if not count.strip().isdigit():
+            raise ValueError(
+                f"VTOOLS_EMU_NPU_DEVICE_COUNT must be a non-negative integer, got {count!r}"
+            )
+
+
+def install() -> None:
+    """Register the emulated backend; safe to call any number of times."""
+    _validate_env()
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", BACKEND_NAME):
+        raise RuntimeError(
+            f"PrivateUse1 is already taken by backend {current!r}; "
+            "the emulated NPU cannot be installed in this process"
+        )
+    existing = getattr(torch, BACKEND_NAME, None)
+    if existing is not None and not getattr(existing, "_vtools_emulated", False):
+        raise RuntimeError(
+            f"torch.{BACKEND_NAME} already exists ({existing!r}); is torch_npu installed? "
+            "Do not combine it with the emulator"
+        )
+
+    from . import device  # builds/loads the C++ extension (registers kernels & hooks)
+
+    if current != BACKEND_NAME:
+        torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    if existing is None:
+        device._vtools_emulated = True
+        torch._register_device_module(BACKEND_NAME, device)
+    _patch_tensor_printing()
+    if not hasattr(torch.Tensor, BACKEND_NAME):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
+        )
+
+
+def _patch_tensor_printing() -> None:
+    """Format npu tensors in float32, as PyTorch already does for fp64-less MPS/XPU.
+
+    Tensor repr converts values to float64 on the tensor's device, which this
+    emulator refuses for anything but 0-dim tensors.
+    """
+    from torch import _tensor_str
+
+    original = _tensor_str.tensor_totype
+    if getattr(original, "_vtools_emulated", False):
+        return
+
+    def tensor_totype(t):
+        if t.device.type == BACKEND_NAME:
+            return t.to(dtype=torch.float)
+        return original(t)
+
+    tensor_totype._vtools_emulated = True
+    _tensor_str.tensor_totype = tensor_totype
+
+
+def extension():
+    """The loaded C++ extension module (device counters live there)."""
+    from ._build import load_extension
+
+    return load_extension()
+
+
+install()

@@ -1,0 +1,75 @@
+"""The AMP policy on each branch: bf16, fp16 + GradScaler, a bf16-less NPU, cpu."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import REPO, device_flags, run_script, assert_usage_error
+from vtools.amp import resolve_amp
+from vtools.errors import UsageError
+
+
+def test_amp_off_is_full_precision(device: torch.device) -> None:
+    policy = resolve_amp(device, amp=False)
+    assert not policy.enabled and policy.grad_scaler() is None
+    with policy.autocast():
+        out = torch.ones(4, 4, device=device) @ torch.ones(4, 4, device=device)
+    assert out.dtype == torch.float32
+
+
+def test_auto_prefers_bf16_without_scaler(device: torch.device) -> None:
+    policy = resolve_amp(device, amp=True, amp_dtype="auto")
+    assert policy.dtype == torch.bfloat16  # cpu, the emulated npu and sm80+ cuda all run bf16
+    assert policy.grad_scaler() is None
+    assert policy.device_type == device.type
+    with policy.autocast():
+        out = torch.ones(4, 4, device=device) @ torch.ones(4, 4, device=device)
+    assert out.dtype == torch.bfloat16
+
+
+def test_fp16_gets_scaler_for_its_device(device: torch.device) -> None:
+    policy = resolve_amp(device, amp=True, amp_dtype="float16")
+    scaler = policy.grad_scaler()
+    assert policy.dtype == torch.float16 and scaler is not None
+    assert scaler._device == device.type
+    with policy.autocast():
+        out = torch.ones(4, 4, device=device) @ torch.ones(4, 4, device=device)
+    assert out.dtype == torch.float16
+
+
+def test_unknown_amp_dtype(device: torch.device) -> None:
+    with pytest.raises(UsageError, match="--amp-dtype"):
+        resolve_amp(device, amp=True, amp_dtype="float8")
+
+
+BF16_PROBE = """
+import sys
+import tests.emulated_npu
+import torch
+from vtools.amp import resolve_amp
+from vtools.errors import UsageError
+device = torch.device("npu", 0)
+policy = resolve_amp(device, amp=True)
+print(policy.dtype_name, type(policy.grad_scaler()).__name__, policy.grad_scaler()._device)
+try:
+    resolve_amp(device, amp=True, amp_dtype="bfloat16")
+except UsageError as err:
+    print("error:", err)
+"""
+
+
+def test_npu_without_bf16_chooses_fp16_and_scaler() -> None:
+    """Like Ascend 910A: no bf16, so auto must pick fp16 with a GradScaler for npu."""
+    proc = run_script(["-c", BF16_PROBE], env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "float16 GradScaler npu"
+    assert lines[1].startswith("error: --amp-dtype bfloat16: npu:0 does not support bfloat16")
+
+
+def test_cli_explicit_bf16_on_bf16less_npu_is_one_line() -> None:
+    proc = run_script(["train.py", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"],
+                      env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    assert_usage_error(proc, "does not support bfloat16")
+    assert REPO.joinpath("train.py").exists()

@@ -1,0 +1,107 @@
+"""Device spec parsing and resolution through the one code path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vtools import device as dev
+from vtools.errors import UsageError
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("cpu", ("cpu", None)), ("cuda", ("cuda", None)), ("cuda:1", ("cuda", 1)), ("npu:0", ("npu", 0)),
+    ("xpu:2", ("xpu", 2)), ("mps", ("mps", None)), ("auto", ("auto", None)), ("NPU:3", ("npu", 3)),
+    ("my_backend:0", ("my_backend", 0)),
+])
+def test_parse_valid_specs(spec: str, expected: tuple) -> None:
+    assert dev.parse_device_spec(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["npu:x", "cuda:-1", ":0", "npu:", "cuda:0:1", "cpu:1", "npu 0"])
+def test_parse_malformed_specs(spec: str) -> None:
+    with pytest.raises(UsageError, match="malformed"):
+        dev.parse_device_spec(spec)
+
+
+def test_resolve_gives_current_device(device: torch.device) -> None:
+    resolved = dev.resolve_device(str(device))
+    assert resolved == device
+    if device.type != "cpu":
+        assert resolved.index is not None
+        assert dev.device_module(device).current_device() == resolved.index
+
+
+def test_local_rank_picks_index(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    if dev.device_count(device.type) < 2:
+        pytest.skip("needs two devices of this type")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert dev.resolve_device(device.type) == torch.device(device.type, 1)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert dev.resolve_device(device.type) == torch.device(device.type, 0)
+
+
+def test_index_out_of_range(device: torch.device) -> None:
+    count = dev.device_count(device.type)
+    if device.type == "cpu":
+        pytest.skip("cpu takes no index")
+    with pytest.raises(UsageError, match=rf"{device.type}:{count} requested, {count} visible"):
+        dev.resolve_device(f"{device.type}:{count}")
+
+
+def test_unknown_type_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="unknown device type 'warpdrive'"):
+        dev.resolve_device("warpdrive")
+
+
+def test_unimportable_device_module() -> None:
+    with pytest.raises(UsageError, match="cannot import 'no_such_module_xyz'"):
+        dev.resolve_device("cpu", ["no_such_module_xyz"])
+
+
+def test_helpers_run_on_every_device(device: torch.device) -> None:
+    """The generic helpers work (or are clean no-ops) on each device."""
+    dev.synchronize(device)
+    dev.reset_peak_memory(device)
+    x = torch.ones(256, 256, device=device)
+    peak = dev.peak_memory_bytes(device)
+    if device.type == "cpu":
+        assert peak is None
+    else:
+        assert peak >= x.numel() * 4
+    assert dev.pin_memory(device) == (device.type != "cpu")
+    assert dev.non_blocking(device) == dev.pin_memory(device)
+    info = dev.describe(device)
+    assert info["device"] == str(device) and info["name"]
+
+
+def test_seed_everything_repeats(device: torch.device) -> None:
+    dev.seed_everything(123)
+    first = torch.rand(4, device=device).cpu()
+    dev.seed_everything(123)
+    assert torch.equal(first, torch.rand(4, device=device).cpu())
+
+
+def test_rng_state_round_trip(device: torch.device) -> None:
+    state = dev.rng_state(device)
+    first = torch.rand(4, device=device).cpu()
+    dev.set_rng_state(device, state)
+    assert torch.equal(first, torch.rand(4, device=device).cpu())
+
+
+def test_dist_backend_per_device_type() -> None:
+    assert dev.dist_backend(torch.device("cpu")) == "gloo"
+    assert dev.kind_of("npu").dist_backend == "hccl"
+    assert dev.kind_of("cuda").dist_backend == "nccl"
+    assert dev.kind_of("xpu").dist_backend == "xccl"
+    assert dev.kind_of("mps").dist_backend == "gloo"
+    assert dev.dist_backend(torch.device("cpu"), override="gloo") == "gloo"
+
+
+def test_dist_backend_checked_for_availability(device: torch.device) -> None:
+    if device.type == "npu":  # the emulated npu has no hccl: the check must say so
+        with pytest.raises(UsageError, match="'hccl' for npu is not available"):
+            dev.dist_backend(device)
+        assert dev.dist_backend(device, override="gloo") == "gloo"
+    with pytest.raises(UsageError, match="'no_such_backend'"):
+        dev.dist_backend(device, override="no_such_backend")

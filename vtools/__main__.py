@@ -1,0 +1,27 @@
+"""``python -m vtools <command>``: project utilities (currently ``env``)."""
+
+from __future__ import annotations
+
+import sys
+
+from vtools.errors import run_cli
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m vtools env [--device SPEC] [--device-modules MOD ...]\n\n"
+              "  env    print versions, devices, AMP policy and environment for bug reports")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "env":
+        from vtools.envreport import main
+
+        return main(rest)
+    from vtools.errors import UsageError
+
+    raise UsageError(f"unknown command {command!r} (available: env)")
+
+
+if __name__ == "__main__":
+    run_cli(_main)

@@ -1,0 +1,84 @@
+"""``python -m vtools env``: everything a device bug report needs, in one place."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from vtools import device as dev
+from vtools.amp import resolve_amp
+
+ENV_VARS = (
+    "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "ASCEND_TOOLKIT_HOME", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS",
+)
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Gather versions, devices, AMP policy and environment into one dict."""
+    target = dev.resolve_device(device_spec, device_modules)
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "timm": _version("timm"),
+    }
+    report.update(dev.backend_versions())
+    report["device"] = str(target)
+    count = dev.device_count(target.type)
+    report["device_count"] = count
+    report["devices"] = [dev.describe(torch.device(target.type, i) if target.type != "cpu" else target)
+                         for i in range(count)]
+    report["amp_policy"] = resolve_amp(target, amp=True).dtype_name
+    report["grad_scaler"] = resolve_amp(target, amp=True).needs_grad_scaler
+    report["dist_backend"] = _dist_backend_or_reason(target)
+    report["environment"] = {name: os.environ.get(name, "unset") for name in ENV_VARS}
+    return report
+
+
+def _dist_backend_or_reason(target: torch.device) -> str:
+    try:
+        return dev.dist_backend(target)
+    except Exception as err:  # report, do not fail: this is a diagnostic
+        return f"unavailable ({err})"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Aligned ``key: value`` lines, devices and env vars indented below."""
+    lines = []
+    for key, value in report.items():
+        if key == "devices":
+            lines.append("devices:")
+            for info in value:
+                extras = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("device", "name"))
+                lines.append(f"  {info['device']}: {info['name']}" + (f" ({extras})" if extras else ""))
+        elif key == "environment":
+            lines.append("environment:")
+            lines.extend(f"  {name}={val}" for name, val in value.items())
+        else:
+            lines.append(f"{key}: {value}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vtools env", description=__doc__)
+    parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
+    parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
+    args = parser.parse_args(argv)
+    print(format_report(collect(args.device, tuple(args.device_modules))))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,42 @@
+"""User-facing errors: a bad flag, file or device ends the run with one line.
+
+Everything that a user can fix by changing their command line or their files
+is raised as a :class:`UsageError`; the entry scripts turn it into
+``<script>: error: <message>`` on stderr and exit code 2, with no traceback.
+This module imports nothing heavy so that it works even when torch cannot.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """An error the user can fix; reported as one line, exit code 2."""
+
+
+def fail(message: str, prog: str | None = None) -> NoReturn:
+    """Print ``prog: error: message`` as a single line and exit with code 2."""
+    if prog is None:
+        prog = os.path.basename(sys.argv[0] or "vtools")
+        prog = "vtools" if prog == "__main__.py" else prog
+    one_line = " ".join(str(message).split())
+    print(f"{prog}: error: {one_line}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_USAGE)
+
+
+def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
+    """Run an entry point, turning :class:`UsageError` into a one-line exit 2."""
+    try:
+        code = main(argv)
+    except UsageError as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    raise SystemExit(code or 0)
