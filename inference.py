@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Top-k predictions of a timm model for a folder, glob, list file or single image, on any device.
+
+Examples:
+  python inference.py photos/ --model resnet50.a1_in1k --pretrained --topk 5 --label-type description
+  python inference.py data/fashion-mnist-mini/val --model runs/fmnist/model --topk 3 --results-dir out
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import vtools  # noqa: F401  (guards `import torch` against broken device backends)
+
+from vtools import data as vdata
+from vtools.cli import (add_device_args, add_loader_args, add_model_args, add_preprocess_args, check_positive,
+                        preprocess_overrides, setup_runtime)
+from vtools.engine import predict
+from vtools.errors import UsageError, run_cli
+from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
+from vtools.models import LABEL_TYPES, create_model, label_lookup, prepare_for_eval
+
+CONSOLE_ROWS = 50
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_argument_group("data")
+    group.add_argument("data", nargs="?", default=None, metavar="SOURCE",
+                       help="a folder (searched recursively), a glob, a .txt file of paths, or one image")
+    group.add_argument("--data-dir", default=None, metavar="SOURCE", help="same as SOURCE (timm's flag)")
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_loader_args(parser, batch_size=256)
+    add_device_args(parser)
+    group = parser.add_argument_group("output")
+    group.add_argument("--topk", type=int, default=1, metavar="K", help="classes per image; 0 = every class (default: 1)")
+    group.add_argument("--output-type", default="prob", choices=("prob", "logit"),
+                       help="softmax probabilities or raw logits (default: prob)")
+    group.add_argument("--label-type", default="description", choices=LABEL_TYPES,
+                       help="labels to print: ImageNet synset name, description or detailed description for "
+                            "ImageNet models, the stored class names otherwise (default: description)")
+    group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
+    group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
+    group.add_argument("--results-dir", default="", metavar="DIR", help="folder for results files")
+    group.add_argument("--results-file", default="", metavar="NAME",
+                       help="results file name (default: <model>-topk<K>); one file per --results-format")
+    group.add_argument("--results-format", nargs="+", default=["csv"], choices=RESULT_FORMATS,
+                       help="one or more of csv, json, jsonl (default: csv)")
+    group.add_argument("--no-console-results", action="store_true", default=False,
+                       help="do not print the results table")
+    return parser
+
+
+def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
+    """Where each requested format is written (nothing unless --results-dir or --results-file)."""
+    if not (args.results_dir or args.results_file):
+        return []
+    name = args.results_file or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-topk{args.topk}"
+    base = Path(args.results_dir or ".") / name
+    if base.suffix.lstrip(".") in RESULT_FORMATS:
+        base = base.with_suffix("")
+    return [(base.with_name(f"{base.name}.{fmt}"), fmt) for fmt in args.results_format]
+
+
+def make_rows(args: argparse.Namespace, paths: list[Path], outputs: list[tuple], labels: list[str] | None
+              ) -> list[dict[str, Any]]:
+    """One row per image: filename, then top-k labels / indices / scores (scalars when K = 1)."""
+    rows = []
+    for indices, scores, classes in outputs:
+        for row_index, dataset_index in enumerate(indices.tolist()):
+            path = paths[dataset_index]
+            row: dict[str, Any] = {"filename": str(path) if args.fullname else path.name}
+            values = [round(v, 6) for v in scores[row_index].tolist()]
+            if classes is None:  # --topk 0: the full vector, one column per class
+                names = labels or [str(i) for i in range(len(values))]
+                row.update({f"{args.output_type}:{name}": value for name, value in zip(names, values)})
+            else:
+                top = classes[row_index].tolist()
+                single = args.topk == 1
+                if args.include_index:
+                    row["index"] = top[0] if single else top
+                if labels is not None:
+                    row["label"] = labels[top[0]] if single else [labels[i] for i in top]
+                row[args.output_type] = values[0] if single else values
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runtime = setup_runtime(args)
+    source = args.data or args.data_dir
+    if not source:
+        raise UsageError("give the images to classify (SOURCE or --data-dir)")
+    if not args.model:
+        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
+    check_positive(args.batch_size, "--batch-size")
+    if args.topk < 0:
+        raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
+    outputs_to = result_paths(args)
+    for path, _ in outputs_to:
+        check_writable(path, "results file")
+    paths = vdata.find_images(source)
+    model = create_model(args.model, pretrained=args.pretrained or not args.checkpoint, num_classes=args.num_classes,
+                         in_chans=args.in_chans, model_kwargs=args.model_kwargs,
+                         checkpoint=args.checkpoint or None, use_ema=args.use_ema, device=runtime.device)
+    data_config = vdata.data_config_for(model, preprocess_overrides(args))
+    dataset = vdata.ImageFiles(paths, None, vdata.eval_transform(data_config), vdata.image_mode(data_config))
+    skipped: list[str] = []
+
+
+    loader = vdata.DeviceLoader(vdata.make_loader(dataset, args.batch_size, runtime.device, args.workers,
+                                                  persistent=False),
+                                runtime.device, data_config["mean"], data_config["std"],
+                                channels_last=args.channels_last, 
+                                on_bad=vdata.bad_image_handler(args.on_bad_image, skipped))
+    model = prepare_for_eval(model, args.channels_last, args.torchcompile)
+    outputs = list(predict(model, loader, runtime.amp, args.topk, args.output_type))
+    rows = make_rows(args, paths, outputs, label_lookup(model, args.label_type))
+    if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
+        print(format_table(rows))
+    for path, fmt in outputs_to:
+        write_rows(path, rows, fmt)
+        print(f"results written to {path}")
+    summary = f"{len(rows)} images classified on {runtime.device}"
+    print(summary + (f", {len(skipped)} unreadable skipped" if skipped else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

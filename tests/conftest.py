@@ -1,0 +1,125 @@
+"""Shared fixtures: every device-facing test runs on cpu, the emulated npu and cuda when present.
+
+The emulated npu (tests/emulated_npu) is a PrivateUse1 backend named "npu"
+whose memory is host memory; it drives the same code path a real Ascend
+device does, which is the point: no test here mocks ``torch.npu`` alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+EMULATED_NPU_MODULE = "tests.emulated_npu"
+
+DEVICE_TYPES = ["cpu", "npu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def load_emulated_npu() -> None:
+    """Register the emulated npu in this process (built and cached on first use)."""
+    import tests.emulated_npu  # noqa: F401
+
+
+def device_flags(device_type: str) -> list[str]:
+    """Command-line flags that select ``device_type`` in a script run from the repo root."""
+    flags = ["--device", device_type]
+    if device_type == "npu":
+        flags += ["--device-modules", EMULATED_NPU_MODULE]
+    return flags
+
+
+@pytest.fixture(params=DEVICE_TYPES)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """A resolved device of each type the suite covers."""
+    from vtools.device import resolve_device
+
+    if request.param == "npu":
+        load_emulated_npu()
+    return resolve_device(request.param)
+
+
+def run_script(args: list[str], env: dict[str, str] | None = None, timeout: float = 600,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` from the repository root and capture its output."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, *args], cwd=cwd or REPO, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit code 2, exactly one line on stderr, no traceback, and the expected words."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+# ---------------------------------------------------------------- small real-format data and model folders
+
+SYNSETS = ["n01440764", "n01443537", "n01484850"]  # tench, goldfish, great white shark
+
+
+def write_image_set(root: Path, classes: list[str], per_class: int = 4, seed: int = 0) -> Path:
+    """ImageNet-style folders of JPEG and PNG images of varied sizes, with class-dependent colours."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for class_index, name in enumerate(classes):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            height, width = int(rng.integers(40, 96)), int(rng.integers(40, 96))
+            pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+            pixels[..., class_index % 3] //= 4  # a colour cue per class
+            ext = "jpg" if i % 2 == 0 else "png"
+            Image.fromarray(pixels).save(folder / f"{name}_{i}.{ext}")
+    return root
+
+
+def write_model_folder(folder: Path, num_classes: int, label_names: list[str] | None = None,
+                       model_name: str = "test_resnet", seed: int = 0) -> Path:
+    """A random-init timm model saved as a model folder (config.json + model.safetensors)."""
+    import timm
+    from timm.models import save_for_hf
+
+    torch.manual_seed(seed)
+    model = timm.create_model(model_name, num_classes=num_classes, pretrained=False)
+    config = {"label_names": label_names} if label_names else None
+    save_for_hf(model, str(folder), model_config=config, safe_serialization=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def synset_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_image_set(tmp_path_factory.mktemp("imagenet_val"), SYNSETS)
+
+
+@pytest.fixture(scope="session")
+def imagenet_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1000-class model folder, like ./model_ckpts/tiny_vit_21m_512 in the Ascend examples."""
+    return write_model_folder(tmp_path_factory.mktemp("model_ckpts") / "test_resnet_in1k", 1000)
+
+
+@pytest.fixture(scope="session")
+def custom_classes() -> list[str]:
+    return ["cat", "dog", "fox"]
+
+
+@pytest.fixture(scope="session")
+def custom_images(tmp_path_factory: pytest.TempPathFactory, custom_classes: list[str]) -> Path:
+    return write_image_set(tmp_path_factory.mktemp("custom"), custom_classes, seed=1)
+
+
+@pytest.fixture(scope="session")
+def custom_model_dir(tmp_path_factory: pytest.TempPathFactory, custom_classes: list[str]) -> Path:
+    return write_model_folder(tmp_path_factory.mktemp("custom_model") / "model", 3, custom_classes)

@@ -1,0 +1,265 @@
+"""validate.py end to end, as subprocesses, on cpu and the emulated npu (and cuda when present)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from tests.conftest import (DEVICE_TYPES, SYNSETS, assert_usage_error, device_flags, run_script,
+                            write_model_folder)
+
+
+def reference_metrics(model_dir: Path, image_root: Path, label_of: dict[str, int]) -> dict[str, float]:
+    """top1/top5/loss with timm + torchvision alone (no vtools), all images in one batch."""
+    model = timm.create_model(f"local-dir:{model_dir}", pretrained=True).eval()
+    config = timm.data.resolve_data_config(model=model)
+    dataset = torchvision.datasets.ImageFolder(str(image_root), transform=timm.data.create_transform(**config))
+    images = torch.stack([image for image, _ in dataset])
+    targets = torch.tensor([label_of[dataset.classes[t]] for _, t in dataset])
+    with torch.no_grad():
+        logits = model(images)
+    top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
+    return {"top1": 100 * (top5[:, 0] == targets).float().mean().item(),
+            "top5": 100 * (top5 == targets[:, None]).any(dim=1).float().mean().item(),
+            "loss": F.cross_entropy(logits, targets).item(), "samples": len(targets)}
+
+
+def run_validate(args: list[str], results: Path, env: dict | None = None) -> dict:
+    proc = run_script(["validate.py", *args, "--results-file", str(results), "--results-format", "json"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(results.read_text())
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_ascend_command_line_verbatim(device_type: str, synset_images: Path, imagenet_model_dir: Path) -> None:
+    """python validate.py ../ImageNet-1000/val/ --device npu --model ./model_ckpts/... --batch-size 64 --pretrained"""
+    proc = run_script(["validate.py", f"{synset_images}/", *device_flags(device_type), "--model",
+                       str(imagenet_model_dir), "--batch-size", "64", "--pretrained"])
+    assert proc.returncode == 0, proc.stderr
+    assert "Acc@1" in proc.stdout and "on 12 images" in proc.stdout
+
+
+def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_model_dir: Path,
+                                                 tmp_path: Path) -> None:
+    """Synset folders map to ImageNet indices; every device gives timm's numbers."""
+    label_of = {name: timm.data.ImageNetInfo().label_names().index(name) for name in SYNSETS}
+    expected = reference_metrics(imagenet_model_dir, synset_images, label_of)
+    for device_type in DEVICE_TYPES:
+        row = run_validate([str(synset_images), *device_flags(device_type), "--model", str(imagenet_model_dir),
+                            "--batch-size", "64"], tmp_path / f"{device_type}.json")
+        assert row["samples"] == expected["samples"] == 12
+        assert row["top1"] == pytest.approx(expected["top1"], abs=1e-3), device_type
+        assert row["top5"] == pytest.approx(expected["top5"], abs=1e-3), device_type
+        assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4), device_type
+        assert row["top1_err"] == pytest.approx(100 - row["top1"])
+        for key in ("model", "param_count", "img_size", "crop_pct", "interpolation", "device", "amp_dtype",
+                    "img_per_sec"):
+            assert key in row
+        assert row["device"].startswith(device_type)
+
+
+def test_label_subset_and_folder_model_names(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    """A model that stores class names maps folders by name, even for a subset of its classes."""
+    subset = tmp_path / "subset"
+    subset.mkdir()
+    (subset / "fox").symlink_to(custom_images / "fox", target_is_directory=True)
+    expected = reference_metrics(custom_model_dir, subset, {"fox": 2})
+    row = run_validate([str(subset), "--device", "cpu", "--model", str(custom_model_dir)], tmp_path / "r.json")
+    assert row["samples"] == 4 and row["top1"] == pytest.approx(expected["top1"], abs=1e-3)
+
+
+def test_class_map_file(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    class_map = tmp_path / "map.txt"
+    class_map.write_text("fox\ndog\ncat\n")  # reversed order: labels change, so do the numbers
+    expected = reference_metrics(custom_model_dir, custom_images, {"fox": 0, "dog": 1, "cat": 2})
+    row = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--class-map",
+                        str(class_map)], tmp_path / "r.json")
+    assert row["top1"] == pytest.approx(expected["top1"], abs=1e-3)
+    assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+
+
+def test_several_checkpoints_one_row_each_csv(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    state = load_file(str(custom_model_dir / "model.safetensors"))
+    checkpoints = tmp_path / "ckpts"
+    checkpoints.mkdir()
+    torch.save({"state_dict": state, "epoch": 3}, checkpoints / "a.pth.tar")
+    zeroed = {k: torch.zeros_like(v) for k, v in state.items()}
+    torch.save({"state_dict": zeroed, "state_dict_ema": state}, checkpoints / "b.pth.tar")
+    results = tmp_path / "results.csv"
+    proc = run_script(["validate.py", str(custom_images), "--device", "cpu", "--model", "test_resnet",
+                       "--num-classes", "3", "--checkpoint", str(checkpoints), "--results-file", str(results)])
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(results)
+    assert [Path(p).name for p in table["checkpoint"]] == ["a.pth.tar", "b.pth.tar"]
+    assert table["samples"].tolist() == [12, 12]
+    assert table["loss"][0] != table["loss"][1]  # b's state_dict is all zeros
+    ema = run_validate([str(custom_images), "--device", "cpu", "--model", "test_resnet", "--num-classes", "3",
+                        "--checkpoint", str(checkpoints / "b.pth.tar"), "--use-ema"], tmp_path / "ema.json")
+    assert ema["loss"] == pytest.approx(table["loss"][0])  # b's EMA weights are a's weights
+
+
+def test_several_models_in_one_run(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    other = write_model_folder(tmp_path / "other", 3, ["cat", "dog", "fox"], seed=7)
+    results = tmp_path / "r.json"
+    proc = run_script(["validate.py", str(custom_images), "--device", "cpu", "--model",
+                       f"{custom_model_dir},{other}", "--results-file", str(results), "--results-format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(results.read_text())
+    assert [row["model"] for row in rows] == [str(custom_model_dir), str(other)]
+
+
+def _fashion_mnist_raw(root: Path) -> None:
+    """torchvision's FashionMNIST raw files, written from the shipped PNG subset (offline)."""
+    import numpy as np
+    from PIL import Image
+
+    classes = sorted(p.name for p in (Path(__file__).parent.parent / "data/fashion-mnist-mini/val").iterdir())
+    order = ["t-shirt_top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle_boot"]
+    images, labels = [], []
+    for name in classes:
+        for file in sorted((Path(__file__).parent.parent / "data/fashion-mnist-mini/val" / name).glob("*.png"))[:2]:
+            images.append(np.asarray(Image.open(file)))
+            labels.append(order.index(name))
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    stack = np.stack(images).astype(np.uint8)
+    for prefix in ("train", "t10k"):
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(
+            b"\x00\x00\x08\x03" + np.array(stack.shape, dtype=">i4").tobytes() + stack.tobytes())
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(
+            b"\x00\x00\x08\x01" + np.array([len(labels)], dtype=">i4").tobytes() + np.array(labels, np.uint8).tobytes())
+
+
+def test_torchvision_dataset(tmp_path: Path) -> None:
+    _fashion_mnist_raw(tmp_path / "fm")
+    model_dir = write_model_folder(tmp_path / "model", 10)
+    row = run_validate(["--dataset", "torch/fashion_mnist", "--data-dir", str(tmp_path / "fm"), "--device", "cpu",
+                        "--model", str(model_dir)], tmp_path / "r.json")
+    assert row["samples"] == 20
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, no results file
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    return tmp_path / "out" / "results.csv"
+
+
+def _bad(args: list[str], results: Path, *fragments: str, env: dict | None = None) -> None:
+    proc = run_script(["validate.py", *args, "--results-file", str(results)], env=env)
+    assert_usage_error(proc, *fragments)
+    assert not results.exists()
+
+
+def test_missing_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    _bad([str(tmp_path / "nope"), "--model", str(custom_model_dir)], results, "does not exist")
+
+
+def test_empty_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    _bad([str(tmp_path / "empty"), "--model", str(custom_model_dir)], results, "no class folders")
+
+
+def test_class_folders_without_images(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "d" / "cat").mkdir(parents=True)
+    (tmp_path / "d" / "cat" / "notes.txt").write_text("not an image")
+    _bad([str(tmp_path / "d"), "--model", str(custom_model_dir)], results, "no images found")
+
+
+def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    root = tmp_path / "imgs"
+    shutil.copytree(custom_images, root)
+    good = root / "dog" / "dog_0.jpg"
+    (root / "dog" / "truncated.jpg").write_bytes(good.read_bytes()[: len(good.read_bytes()) // 3])
+    (root / "cat" / "garbage.png").write_bytes(b"definitely not a png")
+    return root
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_corrupt_image_error_and_skip(device_type: str, results: Path, custom_images: Path,
+                                      custom_model_dir: Path, tmp_path: Path) -> None:
+    root = _with_corrupt_image(custom_images, tmp_path)
+    _bad([str(root), *device_flags(device_type), "--model", str(custom_model_dir)], results, "cannot read image",
+         "--on-bad-image skip")
+    row = run_validate([str(root), *device_flags(device_type), "--model", str(custom_model_dir),
+                        "--on-bad-image", "skip"], tmp_path / "skip.json")
+    assert row["samples"] == 12 and row["skipped"] == 2
+
+
+def test_unreadable_checkpoint(results: Path, custom_images: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"\x00garbage" * 10)
+    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad)], results,
+         "not a readable PyTorch checkpoint")
+    bad_st = tmp_path / "bad.safetensors"
+    bad_st.write_bytes(b"garbage")
+    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad_st)], results,
+         "not a readable safetensors file")
+
+
+def test_mismatched_checkpoint_names_keys(results: Path, custom_images: Path, custom_model_dir: Path) -> None:
+    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "5", "--checkpoint",
+          str(custom_model_dir / "model.safetensors")], results, "does not fit the model", "shape mismatch",
+         "fc.weight")
+
+
+def test_use_ema_without_ema_weights(results: Path, custom_images: Path, custom_model_dir: Path,
+                                     tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    ckpt = tmp_path / "plain.pth"
+    torch.save(load_file(str(custom_model_dir / "model.safetensors")), ckpt)
+    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(ckpt),
+          "--use-ema"], results, "has no state_dict_ema")
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_never_runs(results: Path, custom_images: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pth"
+    with evil.open("wb") as handle:
+        pickle.dump({"state_dict": _Payload(str(marker))}, handle, protocol=2)
+    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(evil)], results,
+         "refused")
+    assert not marker.exists()
+
+
+def test_unknown_model_suggests(results: Path, custom_images: Path) -> None:
+    _bad([str(custom_images), "--model", "resnet5O"], results, "unknown model 'resnet5O'", "did you mean")
+
+
+def test_hub_model_without_network(results: Path, custom_images: Path) -> None:
+    _bad([str(custom_images), "--model", "hf-hub:timm/resnet18.a1_in1k"], results, "could not be loaded",
+         "local model folder", env={"HF_HUB_OFFLINE": "1"})
+
+
+def test_unwritable_results_location(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    proc = run_script(["validate.py", str(custom_images), "--model", str(custom_model_dir), "--results-file",
+                       str(blocker / "results.csv")])
+    assert_usage_error(proc, "--results-file")

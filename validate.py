@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Top-1 / top-5 validation of timm models on any device.
+
+Examples:
+  python validate.py /data/imagenet/val --model resnet50.a1_in1k --pretrained --device npu --amp
+  python validate.py data/fashion-mnist-mini --model runs/fmnist/model --results-file results.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+import vtools  # noqa: F401  (guards `import torch` against broken device backends)
+import timm
+
+from vtools import data as vdata
+from vtools.cli import (Runtime, add_device_args, add_loader_args, add_model_args, add_preprocess_args,
+                        check_positive, preprocess_overrides, setup_runtime)
+from vtools.engine import evaluate
+from vtools.errors import UsageError, run_cli
+from vtools.files import check_writable, format_table, write_rows
+from vtools.models import class_names_of, count_params, create_model, prepare_for_eval
+
+CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_argument_group("data")
+    group.add_argument("data", nargs="?", default=None, metavar="DIR",
+                       help="image folder with one sub-folder per class (or a root holding the --split folder)")
+    group.add_argument("--data-dir", default=None, metavar="DIR", help="same as DIR (timm's flag)")
+    group.add_argument("--dataset", "-d", default="", metavar="NAME",
+                       help="empty for image folders, or torch/<name> for a torchvision dataset (torch/cifar10 ...)")
+    group.add_argument("--split", default="validation", help="split to validate (default: validation)")
+    group.add_argument("--dataset-download", action="store_true", default=False,
+                       help="let torchvision download a torch/<name> dataset")
+    group.add_argument("--class-map", default="", metavar="FILE",
+                       help="text file of class folder names, one per line, line number = label index")
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_loader_args(parser, batch_size=256)
+    add_device_args(parser)
+    group = parser.add_argument_group("results")
+    group.add_argument("--results-file", default="", metavar="PATH", help="write one row per model here")
+    group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    return parser
+
+
+def expand_models(pattern: str | None, pretrained: bool) -> list[str]:
+    """One name, a comma-separated list, or a wildcard over timm's registry."""
+    if not pattern:
+        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
+    names: list[str] = []
+    for part in (p.strip() for p in pattern.split(",") if p.strip()):
+        if any(ch in part for ch in "*?[") and not Path(part).exists():
+            matches = timm.list_models(part, pretrained=pretrained) if pretrained else [
+                m for m in timm.list_models() if fnmatch.fnmatch(m, part)]
+            if not matches:
+                raise UsageError(f"--model {part}: no timm model matches")
+            names.extend(matches)
+        else:
+            names.append(part)
+    return names
+
+
+def expand_checkpoints(spec: str) -> list[str]:
+    """A file, a folder of checkpoints, or a glob; empty means no checkpoint."""
+    if not spec:
+        return [""]
+    if os.path.isdir(spec):
+        found = sorted({p for pattern in CHECKPOINT_PATTERNS for p in glob.glob(os.path.join(spec, pattern))})
+        if not found:
+            raise UsageError(f"--checkpoint {spec}: no checkpoints ({', '.join(CHECKPOINT_PATTERNS)}) in that folder")
+        return found
+    if any(ch in spec for ch in "*?["):
+        found = sorted(glob.glob(spec))
+        if not found:
+            raise UsageError(f"--checkpoint {spec}: no file matches")
+        return found
+    return [spec]
+
+
+def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
+                      skipped: list[str]) -> vdata.DeviceLoader:
+    """The validation set for this model, as normalized batches on the device."""
+    transform = vdata.eval_transform(data_config)
+    mode = vdata.image_mode(data_config)
+    root = args.data or args.data_dir
+    if args.dataset.startswith("torch/"):
+        dataset = vdata.TorchvisionImages(
+            vdata.torchvision_dataset(args.dataset, root or "data", args.split, args.dataset_download), transform, mode)
+    else:
+        if not root:
+            raise UsageError("give the image folder to validate (DIR or --data-dir)")
+        split_dir = vdata.resolve_split_dir(root, args.split)
+        classes = vdata.find_class_folders(split_dir)
+        class_map = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        paths, labels, _ = vdata.labelled_files(split_dir, class_map)
+        if max(labels) >= model.num_classes:
+            raise UsageError(f"{split_dir} has labels up to {max(labels)} but {args.model} has {model.num_classes} "
+                             "outputs; pass --class-map or a model trained on these classes")
+        dataset = vdata.ImageFiles(paths, labels, transform, mode)
+
+
+    loader = vdata.make_loader(dataset, args.batch_size, runtime.device, args.workers, persistent=False)
+    return vdata.DeviceLoader(loader, runtime.device, data_config["mean"], data_config["std"],
+                              channels_last=args.channels_last, 
+                              on_bad=vdata.bad_image_handler(args.on_bad_image, skipped))
+
+
+def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
+    """Validate one model/checkpoint pair and return its results row (timm's keys first)."""
+    pretrained = args.pretrained or not checkpoint  # as timm's validate.py: no checkpoint -> pretrained weights
+    model = create_model(model_name, pretrained=pretrained, num_classes=args.num_classes, in_chans=args.in_chans,
+                         model_kwargs=args.model_kwargs, checkpoint=checkpoint or None, use_ema=args.use_ema,
+                         device=runtime.device)
+    data_config = vdata.data_config_for(model, preprocess_overrides(args))
+    skipped: list[str] = []
+    loader = build_eval_loader(args, model, data_config, runtime, skipped)
+    model = prepare_for_eval(model, args.channels_last, args.torchcompile)
+    result = evaluate(model, loader, runtime.device, runtime.amp, desc=Path(model_name).name,
+                      log=print, log_freq=args.log_freq)
+    return {
+        "model": model_name, "top1": round(result.top1, 4), "top1_err": round(100 - result.top1, 4),
+        "top5": round(result.top5, 4), "top5_err": round(100 - result.top5, 4),
+        "param_count": round(count_params(model) / 1e6, 2), "img_size": data_config["input_size"][-1],
+        "crop_pct": data_config["crop_pct"], "interpolation": data_config["interpolation"],
+        "loss": round(result.loss, 6), "samples": result.count, "skipped": len(skipped),
+        "device": str(runtime.device), "amp_dtype": runtime.amp.dtype_name,
+        "img_per_sec": round(result.images_per_second, 2), "checkpoint": checkpoint,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runtime = setup_runtime(args)
+    check_positive(args.batch_size, "--batch-size")
+    if args.results_file:
+        check_writable(args.results_file, "--results-file")
+    models = expand_models(args.model, args.pretrained)
+    checkpoints = expand_checkpoints(args.checkpoint)
+    rows = []
+    for model_name in models:
+        for checkpoint in checkpoints:
+            row = validate_one(args, model_name, checkpoint, runtime)
+            print(f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+                  f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+                  f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s", flush=True)
+            rows.append(row)
+    print(format_table(rows, ["model", "top1", "top5", "loss", "samples", "param_count", "img_size", "device",
+                              "amp_dtype", "img_per_sec"]))
+    if args.results_file:
+        write_rows(args.results_file, rows, args.results_format)
+        print(f"results written to {args.results_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,102 @@
+"""Command-line options that every script shares, with timm's flag names and meanings."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+from timm.utils import ParseKwargs
+
+from vtools.amp import AMP_DTYPES, AmpPolicy, resolve_amp
+from vtools.device import resolve_device
+from vtools.errors import UsageError
+
+
+def add_device_args(parser: argparse.ArgumentParser) -> None:
+    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto)."""
+    group = parser.add_argument_group("device and precision")
+    group.add_argument("--device", default="auto", metavar="SPEC",
+                       help="auto (the available accelerator, else cpu), cpu, cuda[:N], npu[:N], xpu[:N], mps, "
+                            "or any registered PrivateUse1 backend; under torchrun LOCAL_RANK picks N "
+                            "(default: auto)")
+    group.add_argument("--device-modules", nargs="*", default=[], metavar="MODULE",
+                       help="Python modules to import first, for devices that register themselves on import")
+    group.add_argument("--amp", action="store_true", default=False,
+                       help="mixed precision through torch.autocast")
+    group.add_argument("--amp-dtype", default="auto", choices=AMP_DTYPES,
+                       help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
+                            "with a GradScaler (default: auto)")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The resolved device and precision policy a script runs with."""
+
+    device: torch.device
+    amp: AmpPolicy
+
+
+def setup_runtime(args: argparse.Namespace) -> Runtime:
+    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`."""
+    device = resolve_device(args.device, args.device_modules)
+    return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype))
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = None) -> None:
+    """timm's model flags: --model, --pretrained, --checkpoint, --use-ema, --num-classes, ..."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", "-m", default=default_model, metavar="NAME",
+                       help="timm model name (optionally with a pretrained tag), hf-hub:ORG/NAME, "
+                            "local-dir:PATH, or a path to a model folder (config.json + model.safetensors)")
+    group.add_argument("--pretrained", action="store_true", default=False,
+                       help="load pretrained weights (implied for model folders and hub names)")
+    group.add_argument("--checkpoint", default="", metavar="PATH",
+                       help="weights to load: .safetensors, a timm .pth.tar, or a plain state dict")
+    group.add_argument("--use-ema", action="store_true", default=False,
+                       help="load the checkpoint's EMA weights (state_dict_ema)")
+    group.add_argument("--num-classes", type=int, default=None, help="number of classifier outputs")
+    group.add_argument("--in-chans", type=int, default=None, help="number of input image channels")
+    group.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs, metavar="KEY=VALUE",
+                       help="extra keyword arguments for timm.create_model")
+    group.add_argument("--channels-last", action="store_true", default=False,
+                       help="use the channels_last memory layout")
+    group.add_argument("--torchcompile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                       help="compile the model with torch.compile (default backend: inductor)")
+
+
+def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
+    """Overrides of the model's pretrained preprocessing, as in timm's scripts."""
+    group = parser.add_argument_group("preprocessing (default: the model's pretrained config)")
+    group.add_argument("--img-size", type=int, default=None, metavar="N", help="input image size")
+    group.add_argument("--input-size", type=int, nargs=3, default=None, metavar=("C", "H", "W"),
+                       help="full input size, e.g. 3 224 224")
+    group.add_argument("--crop-pct", type=float, default=None, help="center crop fraction")
+    group.add_argument("--crop-mode", default=None, choices=("center", "squash", "border"), help="crop mode")
+    group.add_argument("--mean", type=float, nargs="+", default=None, metavar="MEAN", help="normalization mean")
+    group.add_argument("--std", type=float, nargs="+", default=None, metavar="STD", help="normalization std")
+    group.add_argument("--interpolation", default=None, choices=("bilinear", "bicubic", "nearest", "random"),
+                       help="resize interpolation")
+
+
+def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
+    group = parser.add_argument_group("loading")
+    group.add_argument("--batch-size", "-b", type=int, default=batch_size, metavar="N",
+                       help=f"batch size (default: {batch_size})")
+    group.add_argument("--workers", "-j", type=int, default=None, metavar="N",
+                       help="data loading processes (default: cores - 1, at most 8)")
+    group.add_argument("--on-bad-image", default="error", choices=("error", "skip"),
+                       help="an unreadable image stops the run naming the file (error), or is logged and "
+                            "counted (skip) (default: error)")
+    group.add_argument("--log-freq", type=int, default=10, metavar="N", help="batches between log lines")
+
+
+def preprocess_overrides(args: argparse.Namespace) -> dict:
+    """The preprocessing flags in the form timm's resolve_data_config reads."""
+    return {key: getattr(args, key, None) for key in
+            ("img_size", "input_size", "crop_pct", "crop_mode", "mean", "std", "interpolation")}
+
+
+def check_positive(value: int | None, flag: str) -> None:
+    if value is not None and value <= 0:
+        raise UsageError(f"{flag} must be a positive integer, got {value}")

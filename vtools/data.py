@@ -1,0 +1,372 @@
+"""Datasets and loaders: decode on CPU workers, ship uint8, normalize on the device.
+
+Workers return uint8 tensors (4x smaller than float32 to pin and copy);
+:class:`DeviceLoader` moves each batch to the device, converts and
+normalizes it there, and prefetches the next batch on a side stream where
+the backend has streams. Preprocessing itself is timm's
+(``resolve_data_config`` + ``create_transform``), so numbers match timm's
+scripts. Unreadable images never raise inside a worker: they travel to the
+main process as :class:`BadSample` so the error is one clear line (or a
+counted skip).
+"""
+
+from __future__ import annotations
+
+import glob
+import sys
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from PIL import Image, UnidentifiedImageError
+from timm.data import ImageNetInfo, create_transform, resolve_data_config
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from vtools import device as dev
+from vtools.errors import UsageError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm")
+ON_BAD_IMAGE = ("error", "skip")
+
+# torchvision datasets reachable as --dataset torch/<name>: class and how it names its splits
+_TORCH_DATASETS: dict[str, tuple[str, str]] = {
+    "cifar10": ("CIFAR10", "train_flag"), "cifar100": ("CIFAR100", "train_flag"),
+    "mnist": ("MNIST", "train_flag"), "fashion_mnist": ("FashionMNIST", "train_flag"),
+    "kmnist": ("KMNIST", "train_flag"), "qmnist": ("QMNIST", "train_flag"),
+    "svhn": ("SVHN", "split_test"), "stl10": ("STL10", "split_test"), "food101": ("Food101", "split_test"),
+    "flowers102": ("Flowers102", "split_val"), "dtd": ("DTD", "split_val"), "imagenet": ("ImageNet", "split_val"),
+}
+
+
+@dataclass(frozen=True)
+class BadSample:
+    """An image that could not be decoded, carried to the main process instead of an exception."""
+
+    path: str
+    reason: str
+
+
+def default_workers() -> int:
+    """Leave one core for the main process, use at most 8 workers."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores - 1))
+
+
+def open_image(path: str | os.PathLike, mode: str) -> Image.Image | BadSample:
+    """Decode an image fully (so truncation is caught here), or describe why not."""
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.convert(mode)
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as err:
+        return BadSample(str(path), f"{type(err).__name__}: {err}".splitlines()[0])
+
+
+class ImageFiles(Dataset):
+    """Images from a list of paths, each with a label (-1 when unlabelled)."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int] | None, transform: Callable, mode: str) -> None:
+        self.paths = [str(p) for p in paths]
+        self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
+        self.transform = transform
+        self.mode = mode
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        image = open_image(self.paths[index], self.mode)
+        if not isinstance(image, BadSample):
+            image = self.transform(image)
+        return image, self.labels[index], index
+
+
+class TorchvisionImages(Dataset):
+    """A torchvision dataset, with the same (image, label, index) items as :class:`ImageFiles`."""
+
+    def __init__(self, dataset: Dataset, transform: Callable, mode: str) -> None:
+        self.dataset = dataset
+        self.transform = transform
+        self.mode = mode
+        self.classes = list(getattr(dataset, "classes", []))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        image, label = self.dataset[index]
+        if isinstance(image, torch.Tensor):
+            image = torchvision.transforms.functional.to_pil_image(image)
+        return self.transform(image.convert(self.mode)), int(label), index
+
+
+@dataclass
+class Batch:
+    """A collated batch: uint8 images, labels, dataset indices, and any images that failed."""
+
+    images: torch.Tensor
+    targets: torch.Tensor
+    indices: torch.Tensor
+    bad: list[BadSample] = field(default_factory=list)
+
+    def pin_memory(self) -> "Batch":
+        """Called by DataLoader's pin-memory thread."""
+        return Batch(self.images.pin_memory(), self.targets.pin_memory(), self.indices, self.bad)
+
+
+def collate(items: list[tuple[Any, int, int]]) -> Batch:
+    """Stack decoded samples; set bad ones aside."""
+    good = [item for item in items if not isinstance(item[0], BadSample)]
+    bad = [item[0] for item in items if isinstance(item[0], BadSample)]
+    if good:
+        images = torch.stack([torch.as_tensor(item[0]) for item in good])
+    else:
+        images = torch.empty(0, dtype=torch.uint8)
+    targets = torch.tensor([item[1] for item in good], dtype=torch.int64)
+    indices = torch.tensor([item[2] for item in good], dtype=torch.int64)
+    return Batch(images, targets, indices, bad)
+
+
+# ---------------------------------------------------------------- finding images
+
+
+def is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def find_images(source: str) -> list[Path]:
+    """Images named by a folder (searched recursively), a glob, a text file of paths, or one image."""
+    path = Path(source).expanduser()
+    if any(ch in source for ch in "*?["):
+        found = [Path(p) for p in sorted(glob.glob(source, recursive=True)) if is_image(Path(p))]
+        what = f"the pattern {source!r}"
+    elif path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and is_image(p))
+        what = f"the folder {path}"
+    elif path.is_file() and path.suffix.lower() == ".txt":
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        found = [(path.parent / line) if not Path(line).is_absolute() else Path(line) for line in lines]
+        missing = [str(p) for p in found if not p.is_file()]
+        if missing:
+            raise UsageError(f"{path} lists {len(missing)} missing file(s), e.g. {missing[0]}")
+        what = f"the list {path}"
+    elif path.is_file():
+        found, what = [path], str(path)
+    else:
+        raise UsageError(f"{source} does not exist")
+    if not found:
+        raise UsageError(f"no images found in {what} (looked for {', '.join(IMAGE_EXTENSIONS)})")
+    return found
+
+
+def find_class_folders(root: Path) -> list[str]:
+    """Class folder names of an ImageNet-style split, sorted as torchvision does."""
+    if not root.is_dir():
+        raise UsageError(f"{root} does not exist or is not a folder")
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:
+        raise UsageError(f"{root} has no class folders (expected one folder per class)")
+    return classes
+
+
+def read_class_map(path: str | os.PathLike) -> dict[str, int]:
+    """timm's --class-map: a text file with one class name per line, line number = index."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--class-map {path} does not exist")
+    names = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {name.split()[0]: index for index, name in enumerate(names)}
+
+
+def imagenet_class_map(classes: Sequence[str], num_classes: int | None) -> dict[str, int] | None:
+    """Map synset folders (n01440764 ...) to ImageNet-1k indices when the model has 1000 outputs."""
+    if num_classes != 1000:
+        return None
+    synsets = ImageNetInfo().label_names()
+    index = {name: i for i, name in enumerate(synsets)}
+    if classes and all(name in index for name in classes):
+        return {name: index[name] for name in classes}
+    return None
+
+
+def labelled_files(root: Path, class_map: dict[str, int] | None = None) -> tuple[list[Path], list[int], list[str]]:
+    """All images under ``root/<class>/`` with their labels, and the class names by label."""
+    classes = find_class_folders(root)
+    if class_map is None:
+        class_map = {name: index for index, name in enumerate(classes)}
+    unknown = [name for name in classes if name not in class_map]
+    if unknown:
+        raise UsageError(f"class folder(s) {', '.join(unknown[:3])} under {root} are not in the class map")
+    paths, labels = [], []
+    for name in classes:
+        for file in sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image(p)):
+            paths.append(file)
+            labels.append(class_map[name])
+    if not paths:
+        raise UsageError(f"no images found in the class folders under {root}")
+    names_by_label = sorted(class_map, key=class_map.get)
+    return paths, labels, names_by_label
+
+
+def torchvision_dataset(name: str, root: str, split: str, download: bool) -> Dataset:
+    """``torch/<name>`` as a torchvision dataset rooted at ``root``."""
+    key = name.removeprefix("torch/").lower()
+    if key not in _TORCH_DATASETS:
+        raise UsageError(f"--dataset {name}: unknown torchvision dataset (known: "
+                         f"{', '.join('torch/' + k for k in _TORCH_DATASETS)})")
+    class_name, split_style = _TORCH_DATASETS[key]
+    is_train = split.startswith("train")
+    kwargs: dict[str, Any]
+    if split_style == "train_flag":
+        kwargs = {"train": is_train}
+    else:
+        eval_name = split_style.split("_")[1]
+        kwargs = {"split": "train" if is_train else eval_name}
+    if download and class_name != "ImageNet":
+        kwargs["download"] = True
+    try:
+        return getattr(torchvision.datasets, class_name)(root, **kwargs)
+    except RuntimeError as err:
+        hint = "" if download else " (add --dataset-download to fetch it)"
+        raise UsageError(f"--dataset {name}: {str(err).splitlines()[0]}{hint}") from err
+    except OSError as err:
+        raise UsageError(f"--dataset {name}: could not read or download it into {root} ({err})") from err
+
+
+# ---------------------------------------------------------------- transforms and loaders
+
+
+def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[str, Any]:
+    """timm's data config for ``model`` with command-line overrides (img_size, crop_pct, mean...)."""
+    args = {k: v for k, v in overrides.items() if v is not None}
+    return resolve_data_config(args=args, model=model)
+
+
+def eval_transform(data_config: dict[str, Any]) -> Callable:
+    """timm's evaluation preprocessing, ending in uint8 tensors (normalization is on the device)."""
+    return create_transform(**data_config, is_training=False, use_prefetcher=True)
+
+
+def image_mode(data_config: dict[str, Any]) -> str:
+    return "L" if data_config["input_size"][0] == 1 else "RGB"
+
+
+def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None = None,
+                shuffle: bool = False, sampler: Sampler | None = None, drop_last: bool = False,
+                persistent: bool = True) -> DataLoader:
+    """A DataLoader with device-aware pinning and persistent workers."""
+    workers = default_workers() if workers is None else workers
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
+                      num_workers=workers, collate_fn=collate, pin_memory=dev.pin_memory(device),
+                      drop_last=drop_last, persistent_workers=persistent and workers > 0,
+                      prefetch_factor=4 if workers > 0 else None)
+
+
+class DeviceLoader:
+    """Iterate a loader's batches already on the device, as normalized float tensors.
+
+    While the model works on batch N, batch N+1 is copied (non_blocking from
+    pinned memory) and normalized on a side stream where the backend has one.
+    """
+
+    def __init__(self, loader: DataLoader, device: torch.device, mean: Sequence[float], std: Sequence[float],
+                 channels_last: bool = False, batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 on_bad: Callable[[list[BadSample]], None] | None = None) -> None:
+        self.loader = loader
+        self.device = device
+        shape = (1, len(mean), 1, 1)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(shape).to(device)
+        self.std = torch.tensor(std, dtype=torch.float32).view(shape).to(device)
+        self.channels_last = channels_last
+        self.batch_transform = batch_transform
+        self.on_bad = on_bad
+        self.non_blocking = dev.non_blocking(device)
+        self.stream = dev.new_stream(device)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def sampler(self) -> Any:
+        return self.loader.sampler
+
+    @property
+    def dataset(self) -> Dataset:
+        return self.loader.dataset
+
+    def _to_device(self, batch: Batch) -> Batch:
+        images = batch.images.to(self.device, non_blocking=self.non_blocking)
+        targets = batch.targets.to(self.device, non_blocking=self.non_blocking)
+        if images.numel():
+            images = images.float().div_(255).sub_(self.mean).div_(self.std)
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            if self.batch_transform is not None:
+                images = self.batch_transform(images)
+        return Batch(images, targets, batch.indices, batch.bad)
+
+    def _prepare(self, batch: Batch) -> Batch:
+        if self.on_bad is not None and batch.bad:
+            self.on_bad(batch.bad)
+        with dev.on_stream(self.device, self.stream):
+            return self._to_device(batch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        upcoming: Batch | None = None
+        for batch in self.loader:
+            prepared = self._prepare(batch)
+            if upcoming is not None:
+                yield upcoming
+            dev.wait_stream(self.device, self.stream, (prepared.images, prepared.targets))
+            upcoming = prepared
+        if upcoming is not None:
+            yield upcoming
+
+
+SPLIT_ALIASES = {"validation": ("validation", "val", "eval", "evaluation", "valid"),
+                 "train": ("train", "training")}
+
+
+def resolve_split_dir(root: str | os.PathLike, split: str) -> Path:
+    """``root/<split>`` (or a usual alias of it) when present, else ``root`` itself."""
+    base = Path(root).expanduser()
+    if not base.exists():
+        raise UsageError(f"{base} does not exist")
+    for name in SPLIT_ALIASES.get(split, (split,)):
+        if (base / name).is_dir():
+            return base / name
+    return base
+
+
+def eval_class_map(classes: Sequence[str], class_map_file: str | None, num_classes: int | None,
+                   model_class_names: Sequence[str] | None) -> dict[str, int] | None:
+    """How folder names become label indices: --class-map, the model's own class names, ImageNet synsets,
+    or (None) sorted folder order."""
+    if class_map_file:
+        return read_class_map(class_map_file)
+    if model_class_names and all(name in model_class_names for name in classes):
+        return {name: list(model_class_names).index(name) for name in classes}
+    return imagenet_class_map(classes, num_classes)
+
+
+def bad_image_handler(policy: str, skipped: list[str]) -> Callable[[list[BadSample]], None]:
+    """--on-bad-image: stop naming the file (error), or warn and record it in ``skipped`` (skip)."""
+    if policy not in ON_BAD_IMAGE:
+        raise UsageError(f"--on-bad-image {policy!r}: choose error or skip")
+
+    def handle(samples: list[BadSample]) -> None:
+        for sample in samples:
+            if policy == "error":
+                raise UsageError(f"cannot read image {sample.path} ({sample.reason}); "
+                                 "use --on-bad-image skip to skip unreadable images")
+            print(f"warning: skipped unreadable image {sample.path} ({sample.reason})", file=sys.stderr)
+            skipped.append(sample.path)
+
+    return handle
