@@ -1,0 +1,202 @@
+"""train.py end to end on the shipped Fashion-MNIST subset: learning, exact resume, torchrun, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import DEVICE_TYPES, REPO, assert_usage_error, device_flags, run_script
+
+CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
+
+
+@pytest.fixture(scope="session")
+def fashion4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four classes of the shipped subset (60 train / 15 val each): small enough for every device."""
+    root = tmp_path_factory.mktemp("fashion4")
+    for split, count in (("train", 60), ("val", 15)):
+        for name in CLASSES:
+            files = sorted((REPO / "data/fashion-mnist-mini" / split / name).glob("*.png"))[:count]
+            (root / split / name).mkdir(parents=True)
+            for file in files:
+                shutil.copy(file, root / split / name / file.name)
+    return root
+
+
+def train_args(data: Path, out: Path, name: str, *extra: str) -> list[str]:
+    return ["train.py", "-c", "configs/fashion_mnist_cpu.yaml", "--data-dir", str(data), "--model", "test_resnet",
+            "--epochs", "3", "--batch-size", "32", "--lr", "0.005", "--workers", "1", "--output", str(out),
+            "--experiment", name, *extra]
+
+
+def summary(run: Path) -> list[dict[str, str]]:
+    with (run / "summary.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def weights(path: Path, key: str = "state_dict") -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)[key]
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+PRECISIONS = [(d, None) for d in DEVICE_TYPES] + [(d, dt) for d in DEVICE_TYPES if d != "cpu"
+                                                  for dt in ("bfloat16", "float16")]
+
+
+@pytest.mark.parametrize("device_type, amp_dtype", PRECISIONS)
+def test_short_run_learns(device_type: str, amp_dtype: str | None, fashion4: Path, tmp_path: Path) -> None:
+    amp = ["--amp", "--amp-dtype", amp_dtype] if amp_dtype else []
+    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags(device_type), *amp))
+    assert proc.returncode == 0, proc.stderr
+    rows = summary(tmp_path / "run")
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert float(rows[-1]["train_loss"]) < float(rows[0]["train_loss"])
+    assert float(rows[-1]["eval_top1"]) > 50.0  # chance is 25 %
+    assert all(int(r["eval_samples"]) == 60 for r in rows)
+    assert ("GradScaler" in proc.stdout) == (amp_dtype == "float16")
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "first", "--epochs", "2", "--device", "cpu"))
+    assert proc.returncode == 0, proc.stderr
+    first = tmp_path / "first"
+    best = max(summary(first), key=lambda r: float(r["eval_top1"]))
+    results = tmp_path / "val.json"
+    proc = run_script(["validate.py", str(fashion4 / "val"), "--model", str(first / "model"), "--device", "cpu",
+                       "--results-file", str(results), "--results-format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(results.read_text())[0]
+    assert row["top1"] == pytest.approx(float(best["eval_top1"]), abs=1e-3)
+    assert row["samples"] == 60
+    # the written config repeats the run exactly
+    proc = run_script(["train.py", "-c", str(first / "config.yaml"), "--experiment", "again"])
+    assert proc.returncode == 0, proc.stderr
+    assert_same_weights(weights(first / "last.pth.tar"), weights(tmp_path / "again" / "last.pth.tar"))
+
+
+RECIPE = ["--device", "cpu", "--epochs", "2", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
+          "0.25", "--aa", "rand-m5-mstd0.5", "--model-ema", "--model-ema-decay", "0.9", "--grad-accum-steps", "2",
+          "--clip-grad", "1.0", "--drop-path", "0.05", "--channels-last", "--sched-on-updates", "--log-interval", "3"]
+
+
+def test_resume_after_epoch_matches_uninterrupted(fashion4: Path, tmp_path: Path) -> None:
+    """Stop after epoch 0, resume: the weights (and EMA) end identical on CPU."""
+    proc = run_script(train_args(fashion4, tmp_path, "full", *RECIPE))
+    assert proc.returncode == 0, proc.stderr
+    full = tmp_path / "full"
+    proc = run_script(train_args(fashion4, tmp_path, "resumed", *RECIPE, "--resume",
+                                 str(full / "checkpoint-0.pth.tar")))
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from" in proc.stdout
+    resumed = tmp_path / "resumed"
+    assert_same_weights(weights(full / "last.pth.tar"), weights(resumed / "last.pth.tar"))
+    assert_same_weights(weights(full / "last.pth.tar", "state_dict_ema"),
+                        weights(resumed / "last.pth.tar", "state_dict_ema"))
+
+
+def test_sigterm_saves_resumable_checkpoint(fashion4: Path, tmp_path: Path) -> None:
+    """SIGTERM mid-epoch writes a checkpoint; --resume auto finishes with the uninterrupted weights."""
+    common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1"]
+    args = train_args(fashion4, tmp_path, "stopped", *common)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # signal during epoch 1
+        if line.startswith("epoch 0:"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=300)
+    run = tmp_path / "stopped"
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived")
+    assert proc.returncode == 143, stderr
+    assert "SIGTERM: saved a resumable checkpoint" in stdout
+    state = torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert 1 <= state["epoch"] < 6
+    done = run_script(train_args(fashion4, tmp_path, "stopped", *common, "--resume", "auto"))
+    assert done.returncode == 0, done.stderr
+    assert [int(r["epoch"]) for r in summary(run)] == list(range(6))
+    reference = run_script(train_args(fashion4, tmp_path, "reference", *common))
+    assert reference.returncode == 0, reference.stderr
+    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"), weights(run / "last.pth.tar"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_torchrun_two_processes_counts_each_sample_once(fashion4: Path, tmp_path: Path) -> None:
+    val = fashion4 / "val"
+    odd = tmp_path / "odd"  # 59 validation images: shards of 30 and 29, no padded duplicates
+    shutil.copytree(fashion4, odd)
+    next((odd / "val" / "bag").iterdir()).unlink()
+    proc = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                       "--master-port", str(_free_port()),
+                       *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1")],
+                      env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = summary(tmp_path / "ddp")
+    assert int(rows[0]["eval_samples"]) == 59
+    assert proc.stdout.count("training test_resnet") == 1  # only rank 0 reports
+    assert len(list(val.rglob("*.png"))) == 60
+
+
+# ---------------------------------------------------------------- errors: one line, exit 2
+
+
+def test_unknown_yaml_key(fashion4: Path, tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"data-dir: {fashion4}\nmodel: test_resnet\nlearning-rate: 0.1\n")
+    assert_usage_error(run_script(["train.py", "-c", str(config)]), "unknown key 'learning-rate'")
+    config.write_text(f"data-dir: {fashion4}\nwarmup_epoch: 1\n")
+    assert_usage_error(run_script(["train.py", "-c", str(config)]), "unknown key 'warmup_epoch'",
+                       "did you mean 'warmup_epochs'")
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("epochs: many", "key 'epochs' expects an integer"), ("lr: [1, 2]", "key 'lr' expects a single value"),
+    ("amp: 'yes'", "key 'amp' expects true or false"), ("scale: [0.5]", "key 'scale' expects 2 values"),
+    ("clip-mode: sideways", "key 'clip-mode' expects one of norm, value, agc"),
+    ("epochs: [", "is not valid YAML")])
+def test_ill_typed_yaml_value(line: str, fragment: str, fashion4: Path, tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"data-dir: {fashion4}\n{line}\n")
+    assert_usage_error(run_script(["train.py", "-c", str(config)]), fragment)
+
+
+def test_bad_resume_path(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "r", "--device", "cpu", "--resume", str(tmp_path / "nope.pth")))
+    assert_usage_error(proc, "--resume", "no such checkpoint")
+    junk = tmp_path / "junk.pth.tar"
+    junk.write_bytes(b"not a checkpoint")
+    proc = run_script(train_args(fashion4, tmp_path, "r", "--device", "cpu", "--resume", str(junk)))
+    assert_usage_error(proc, "not a readable training checkpoint")
+    assert not (tmp_path / "r").exists()
+
+
+def test_sync_bn_on_cpu_is_refused(fashion4: Path, tmp_path: Path) -> None:
+    assert_usage_error(run_script(train_args(fashion4, tmp_path, "s", "--device", "cpu", "--sync-bn")),
+                       "--sync-bn needs an accelerator")
+
+
+def test_non_finite_loss_names_epoch_and_step(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "nan", "--device", "cpu", "--std", "0", "0", "0"))
+    assert_usage_error(proc, "non-finite", "epoch 0 step 0")

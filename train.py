@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""ImageNet-style training of timm models from a YAML run file, on any device.
+
+Examples:
+  python train.py -c configs/fashion_mnist_cpu.yaml
+  python train.py -c configs/resnet50_a3.yaml --data-dir /data/imagenet --device npu --amp
+  torchrun --nproc-per-node 8 train.py -c configs/resnet50_a3.yaml --data-dir /data/imagenet --device npu
+
+Options come from the defaults, then the YAML file (-c), then the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import vtools  # noqa: F401  (guards `import torch` against broken device backends)
+import torch
+from timm.layers import convert_sync_batchnorm
+
+from vtools import data as vdata
+from vtools import device as dev
+from vtools import recipe
+from vtools.checkpoint import BEST, CheckpointManager, find_resume_path, load_training_state, native_rng, portable_rng
+from vtools.cli import add_device_args, add_model_args, check_positive, setup_runtime
+from vtools.config import dump_config, parse_with_config
+from vtools.distributed import DistInfo, ShardSampler, init_distributed, shutdown
+from vtools.engine import evaluate
+from vtools.errors import UsageError, run_cli
+from vtools.files import atomic_write, atomic_write_text, check_writable, write_rows
+from vtools.models import create_model, export_model_folder, read_state_dict
+from vtools.sampling import EpochSampler, SeededSamples
+from vtools.training import StopRequest, TrainComponents, train_one_epoch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
+    group = parser.add_argument_group("data")
+    group.add_argument("data", nargs="?", default=None, metavar="DIR", help="same as --data-dir")
+    group.add_argument("--data-dir", default=None, metavar="DIR",
+                       help="root holding the train and validation folders (one sub-folder per class)")
+    group.add_argument("--dataset", "-d", default="", metavar="NAME", help="empty for folders, or torch/<name>")
+    group.add_argument("--train-split", default="train", help="training split folder (default: train)")
+    group.add_argument("--val-split", default="validation",
+                       help="validation split folder; val, eval... are found too (default: validation)")
+    group.add_argument("--dataset-download", action="store_true", default=False,
+                       help="let torchvision download a torch/<name> dataset")
+    group.add_argument("--on-bad-image", default="error", choices=vdata.ON_BAD_IMAGE,
+                       help="stop on an unreadable image, or skip it (default: error)")
+    add_model_args(parser, default_model="resnet50")
+    group = parser.add_argument_group("input and batches")
+    group.add_argument("--img-size", type=int, default=None, help="image size (default: the model's)")
+    group.add_argument("--input-size", type=int, nargs=3, default=None, metavar=("C", "H", "W"))
+    group.add_argument("--crop-pct", type=float, default=None, help="validation center crop fraction")
+    group.add_argument("--mean", type=float, nargs="+", default=None, metavar="MEAN")
+    group.add_argument("--std", type=float, nargs="+", default=None, metavar="STD")
+    group.add_argument("--interpolation", default=None, help="validation resize interpolation")
+    group.add_argument("--batch-size", "-b", type=int, default=128, help="per-device batch size (default: 128)")
+    group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
+    group.add_argument("--grad-accum-steps", type=int, default=1, help="batches per optimizer update")
+    group.add_argument("--workers", "-j", type=int, default=None, help="loader processes (default: cores-1, <= 8)")
+    group = parser.add_argument_group("optimizer")
+    group.add_argument("--opt", default="sgd", help="timm optimizer name (default: sgd)")
+    group.add_argument("--opt-eps", type=float, default=None)
+    group.add_argument("--opt-betas", type=float, nargs="+", default=None)
+    group.add_argument("--momentum", type=float, default=0.9)
+    group.add_argument("--weight-decay", type=float, default=2e-5)
+    group.add_argument("--layer-decay", type=float, default=None, help="layer-wise lr decay")
+    group.add_argument("--clip-grad", type=float, default=None, help="gradient clipping threshold")
+    group.add_argument("--clip-mode", default="norm", choices=("norm", "value", "agc"))
+    group = parser.add_argument_group("learning rate schedule")
+    group.add_argument("--sched", default="cosine", help="timm scheduler (cosine, step, multistep, plateau, ...)")
+    group.add_argument("--sched-on-updates", action="store_true", default=False, help="step the schedule per update")
+    group.add_argument("--lr", type=float, default=None, help="learning rate (default: scaled from --lr-base)")
+    group.add_argument("--lr-base", type=float, default=0.1, help="lr for a global batch of --lr-base-size")
+    group.add_argument("--lr-base-size", type=int, default=256)
+    group.add_argument("--lr-base-scale", default="", choices=("", "linear", "sqrt"))
+    group.add_argument("--warmup-lr", type=float, default=1e-5)
+    group.add_argument("--min-lr", type=float, default=0.0)
+    group.add_argument("--epochs", type=int, default=300)
+    group.add_argument("--decay-epochs", type=float, default=90)
+    group.add_argument("--decay-milestones", type=int, nargs="+", default=[90, 180, 270])
+    group.add_argument("--decay-rate", "--dr", type=float, default=0.1)
+    group.add_argument("--warmup-epochs", type=int, default=5)
+    group.add_argument("--warmup-prefix", action="store_true", default=False)
+    group.add_argument("--cooldown-epochs", type=int, default=0)
+    group.add_argument("--patience-epochs", type=int, default=10)
+    group = parser.add_argument_group("augmentation and regularization")
+    group.add_argument("--no-aug", action="store_true", default=False, help="no training augmentation")
+    group.add_argument("--scale", type=float, nargs=2, default=[0.08, 1.0], help="random resized crop scale")
+    group.add_argument("--ratio", type=float, nargs=2, default=[3 / 4, 4 / 3], help="random resized crop ratio")
+    group.add_argument("--hflip", type=float, default=0.5)
+    group.add_argument("--vflip", type=float, default=0.0)
+    group.add_argument("--color-jitter", type=float, default=0.4)
+    group.add_argument("--aa", default=None, help="AutoAugment/RandAugment policy, e.g. rand-m9-mstd0.5-inc1")
+    group.add_argument("--train-interpolation", default="random")
+    group.add_argument("--reprob", type=float, default=0.0, help="random erasing probability (on the device)")
+    group.add_argument("--remode", default="pixel", choices=("const", "rand", "pixel"))
+    group.add_argument("--recount", type=int, default=1)
+    group.add_argument("--mixup", type=float, default=0.0, help="mixup alpha")
+    group.add_argument("--cutmix", type=float, default=0.0, help="cutmix alpha")
+    group.add_argument("--cutmix-minmax", type=float, nargs=2, default=None)
+    group.add_argument("--mixup-prob", type=float, default=1.0)
+    group.add_argument("--mixup-switch-prob", type=float, default=0.5)
+    group.add_argument("--mixup-mode", default="batch", choices=("batch", "pair", "elem"))
+    group.add_argument("--mixup-off-epoch", type=int, default=0, help="turn mixup off from this epoch (0: never)")
+    group.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
+    group.add_argument("--bce-loss", action="store_true", default=False, help="binary cross-entropy loss")
+    group.add_argument("--bce-target-thresh", type=float, default=None)
+    group.add_argument("--drop", type=float, default=None, help="dropout rate")
+    group.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate")
+    group.add_argument("--model-ema", action="store_true", default=False, help="track an EMA of the weights")
+    group.add_argument("--model-ema-decay", type=float, default=0.9998)
+    group.add_argument("--model-ema-warmup", action="store_true", default=False)
+    group = parser.add_argument_group("run")
+    group.add_argument("--seed", type=int, default=42)
+    group.add_argument("--log-interval", type=int, default=50, help="batches between loss checks and bar updates")
+    group.add_argument("--output", default="runs", metavar="DIR", help="parent folder of run folders")
+    group.add_argument("--experiment", default="", help="run folder name (default: <model>-<timestamp>)")
+    group.add_argument("--resume", default="", metavar="PATH", help="checkpoint to resume, or 'auto' (last in output)")
+    group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
+    group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
+    group.add_argument("--eval-metric", default="top1", choices=("top1", "top5", "loss"))
+    group.add_argument("--sync-bn", action="store_true", default=False, help="synchronized BatchNorm under DDP")
+    group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
+    add_device_args(parser)
+    return parser
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for flag in ("batch_size", "epochs", "grad_accum_steps", "log_interval"):
+        check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
+    args.data_dir = args.data or args.data_dir  # one spelling in the saved config
+    if not args.data_dir and not args.dataset:
+        raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")
+
+
+def run_folder(args: argparse.Namespace) -> Path:
+    name = args.experiment or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(args.output) / name
+
+
+def build_datasets(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
+    """Training and validation sets (untransformed item sources) and the class names."""
+    root = args.data or args.data_dir
+    if args.dataset.startswith("torch/"):
+        train = vdata.torchvision_dataset(args.dataset, root or "data", args.train_split, args.dataset_download)
+        val = vdata.torchvision_dataset(args.dataset, root or "data", args.val_split, args.dataset_download)
+        return train, val, [str(c) for c in getattr(train, "classes", [])]
+    if args.dataset:
+        raise UsageError(f"--dataset {args.dataset}: use an empty value for image folders, or torch/<name>")
+    train_dir = vdata.resolve_split_dir(root, args.train_split)
+    val_dir = vdata.resolve_split_dir(root, args.val_split)
+    if train_dir == val_dir:
+        raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
+    paths, labels, classes = vdata.labelled_files(train_dir)
+    class_map = {name: index for index, name in enumerate(classes)}
+    val_paths, val_labels, _ = vdata.labelled_files(val_dir, class_map)
+    return (paths, labels), (val_paths, val_labels), classes
+
+
+def wrap_dataset(source: Any, transform: Any, mode: str) -> Any:
+    if isinstance(source, tuple):
+        return vdata.ImageFiles(source[0], source[1], transform, mode)
+    return vdata.TorchvisionImages(source, transform, mode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_with_config(build_parser(), argv)
+    runtime = setup_runtime(args)
+    _check_args(args)
+    if args.sync_bn and runtime.device.type == "cpu":
+        raise UsageError("--sync-bn needs an accelerator: torch's SyncBatchNorm does not run on cpu")
+    device, amp = runtime.device, runtime.amp
+    dist_info = init_distributed(device, args.dist_backend)
+    try:
+        return train(args, device, amp, dist_info)
+    finally:
+        shutdown()
+
+
+def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: DistInfo) -> int:
+    say = print if dist_info.is_main else (lambda *a, **k: None)
+    out_dir = run_folder(args)
+    resume_path = find_resume_path(args.resume, out_dir)
+    resume_state = load_training_state(resume_path) if resume_path else None
+    if dist_info.is_main:
+        check_writable(out_dir / "summary.csv", "--output")
+    dev.seed_everything(args.seed + dist_info.rank)
+
+    train_source, val_source, classes = build_datasets(args)
+    num_classes = args.num_classes or len(classes)
+    model = create_model(args.model, pretrained=args.pretrained, num_classes=num_classes, in_chans=args.in_chans,
+                         model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
+                         checkpoint=args.initial_checkpoint or None, device=device)
+    overrides = {k: getattr(args, k) for k in ("img_size", "input_size", "crop_pct", "mean", "std", "interpolation")}
+    data_config = vdata.data_config_for(model, overrides)
+    mode = vdata.image_mode(data_config)
+    train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
+                              args.seed)
+    val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
+    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
+    if len(sampler.order) < args.batch_size:
+        raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
+                         "per process")
+    skipped: list[str] = []
+    on_bad = vdata.bad_image_handler(args.on_bad_image, skipped)
+    train_loader = vdata.DeviceLoader(
+        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
+        device, data_config["mean"], data_config["std"], channels_last=args.channels_last,
+        batch_transform=recipe.build_random_erasing(args, device), on_bad=on_bad)
+    val_loader = vdata.DeviceLoader(
+        vdata.make_loader(val_set, args.validation_batch_size or args.batch_size, device, args.workers,
+                          sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size)),
+        device, data_config["mean"], data_config["std"], channels_last=args.channels_last, on_bad=on_bad)
+    train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
+
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if dist_info.enabled and args.sync_bn:
+        model = convert_sync_batchnorm(model)
+    updates_per_epoch = (len(train_loader) + args.grad_accum_steps - 1) // args.grad_accum_steps
+    lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
+    optimizer = recipe.build_optimizer(model, args, lr)
+    scheduler = recipe.build_scheduler(optimizer, args, updates_per_epoch)
+    mixup = recipe.build_mixup(args, num_classes)
+    ema = recipe.build_ema(model, args)
+    parts = TrainComponents(
+        model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
+        amp=amp, device=device, scaler=amp.grad_scaler(), scheduler=scheduler, mixup=mixup, ema=ema,
+        clip_grad=args.clip_grad, clip_mode=args.clip_mode, grad_accum_steps=args.grad_accum_steps,
+        sched_on_updates=args.sched_on_updates)
+    manager = CheckpointManager(out_dir, keep=args.checkpoint_hist, higher_is_better=args.eval_metric != "loss")
+    start_epoch, start_step, num_updates = 0, 0, 0
+    if resume_state is not None:
+        start_epoch, start_step, num_updates = restore(resume_state, parts, manager, device)
+        say(f"resumed from {resume_path} at epoch {start_epoch}, step {start_step}")
+    if dist_info.enabled:
+        ddp_ids = [device.index] if device.type != "cpu" else None
+        parts.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ddp_ids)
+    if dist_info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        carry_best_checkpoint(resume_path, out_dir)
+        atomic_write_text(out_dir / "config.yaml", dump_config(args, out_dir / "config.yaml"))
+    say(f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
+        f"{len(train_set)} train / {len(val_set)} val images, {num_classes} classes, lr {lr:.4g}, "
+        f"{dist_info.world_size} process(es) -> {out_dir}")
+
+    summary_rows = read_summary(out_dir, start_epoch) if resume_state is not None else []
+    with StopRequest() as stop:
+        for epoch in range(start_epoch, args.epochs):
+            if mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
+                parts.mixup = None
+            sampler.set_epoch(epoch, skip_samples=start_step * args.batch_size if epoch == start_epoch else 0)
+            result, num_updates = train_one_epoch(parts, train_loader, epoch, num_updates, args.log_interval,
+                                                  stop, show_progress=dist_info.is_main,
+                                                  start_step=start_step if epoch == start_epoch else 0)
+            if result.interrupted:
+                if dist_info.is_main:
+                    state = training_state(args, parts, epoch, result.completed_steps, num_updates, classes, device)
+                    path = manager.save_interrupted(state)
+                    say(f"{stop.signal_name}: saved a resumable checkpoint at epoch {epoch} step "
+                        f"{result.completed_steps} to {path}; continue with --resume {path}")
+                return 130 if stop.signal_name == "SIGINT" else 143
+            if scheduler is not None:
+                scheduler.step(epoch + 1)
+            metrics = evaluate(ema.module if ema is not None else parts.model, val_loader, device, amp,
+                               desc=f"validate {epoch}", show_progress=dist_info.is_main)
+            metric = {"top1": metrics.top1, "top5": metrics.top5, "loss": metrics.loss}[args.eval_metric]
+            row = {"epoch": epoch, "train_loss": round(result.loss, 6), "eval_loss": round(metrics.loss, 6),
+                   "eval_top1": round(metrics.top1, 4), "eval_top5": round(metrics.top5, 4),
+                   "lr": optimizer.param_groups[0]["lr"], "img_per_sec": round(result.images_per_second, 2),
+                   "epoch_seconds": round(result.seconds, 2), "skipped_updates": result.skipped_updates,
+                   "eval_samples": metrics.count}
+            summary_rows.append(row)
+            if dist_info.is_main:
+                state = training_state(args, parts, epoch + 1, 0, num_updates, classes, device)
+                best = manager.save(state, epoch, metric)
+                write_rows(out_dir / "summary.csv", summary_rows, "csv")
+                say(f"epoch {epoch}: train_loss {result.loss:.4f}  eval_loss {metrics.loss:.4f}  "
+                    f"top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  {result.images_per_second:.1f} img/s"
+                    f"{'  (best)' if best else ''}"
+                    + (f"  {result.skipped_updates} updates skipped by the GradScaler" if result.skipped_updates
+                       else ""))
+    if dist_info.is_main:
+        exported = export_best(args, out_dir, num_classes, classes, data_config, ema is not None)
+        say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "
+            f"model folder: {exported}")
+    return 0
+
+
+def training_state(args: argparse.Namespace, parts: TrainComponents, epoch: int, step: int, num_updates: int,
+                   classes: list[str], device: torch.device) -> dict[str, Any]:
+    """Everything --resume needs; ``epoch``/``step`` is where training continues."""
+    model = parts.model.module if hasattr(parts.model, "module") else parts.model
+    state = {
+        "arch": args.model, "epoch": epoch, "step_in_epoch": step, "num_updates": num_updates,
+        "state_dict": model.state_dict(), "optimizer": parts.optimizer.state_dict(),
+        "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
+        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+        "rng": portable_rng(dev.rng_state(device)), "class_names": classes,
+        "args": {k: v for k, v in vars(args).items()}, "version": 1,
+    }
+    if parts.ema is not None:
+        state["state_dict_ema"] = parts.ema.module.state_dict()
+    return state
+
+
+def restore(state: dict[str, Any], parts: TrainComponents, manager: CheckpointManager,
+            device: torch.device) -> tuple[int, int, int]:
+    """Load a training checkpoint into the components; returns (epoch, step, updates) to continue from."""
+    from vtools.models import check_state_dict_fits
+
+    check_state_dict_fits(parts.model, state["state_dict"], "--resume")
+    parts.model.load_state_dict(state["state_dict"])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    if parts.scheduler is not None and state.get("scheduler") is not None:
+        parts.scheduler.load_state_dict(state["scheduler"])
+    if parts.scaler is not None and state.get("scaler") is not None:
+        parts.scaler.load_state_dict(state["scaler"])
+    if parts.ema is not None and "state_dict_ema" in state:
+        parts.ema.module.load_state_dict(state["state_dict_ema"])
+    manager.best_metric, manager.best_epoch = state.get("best_metric"), state.get("best_epoch")
+    dev.set_rng_state(device, native_rng(state["rng"]))
+    return int(state["epoch"]), int(state.get("step_in_epoch", 0)), int(state.get("num_updates", 0))
+
+
+def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
+    """Resuming into a new folder: bring the run's best checkpoint along, since the best metric comes too."""
+    if resume_path is None or (out_dir / BEST).exists() or not (resume_path.parent / BEST).is_file():
+        return
+    payload = (resume_path.parent / BEST).read_bytes()
+    atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
+
+
+def read_summary(out_dir: Path, before_epoch: int) -> list[dict[str, Any]]:
+    """Rows of an earlier run's summary.csv for the epochs a resumed run keeps."""
+    import csv
+
+    path = out_dir / "summary.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
+
+
+def export_best(args: argparse.Namespace, out_dir: Path, num_classes: int, classes: list[str],
+                data_config: dict[str, Any], use_ema: bool) -> Path:
+    """Export the best epoch's weights (EMA weights when EMA was tracked) as a model folder."""
+    model = create_model(args.model, pretrained=False, num_classes=num_classes, in_chans=args.in_chans,
+                         model_kwargs=args.model_kwargs)
+    model.load_state_dict(read_state_dict(out_dir / BEST, use_ema=use_ema))
+    return export_model_folder(model, out_dir / "model", classes, data_config)
+
+
+if __name__ == "__main__":
+    run_cli(main)

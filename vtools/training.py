@@ -1,0 +1,175 @@
+"""One training epoch, the same on every device: autocast, GradScaler, accumulation, clipping, EMA.
+
+The hot loop never waits for the device except at log steps: losses are kept
+in a device-side window and checked for non-finite values there, which still
+names the exact step where training broke.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+from timm.utils import dispatch_clip_grad
+
+from vtools.amp import AmpPolicy
+from vtools.distributed import all_reduce_sum
+from vtools.errors import UsageError
+from vtools.progress import progress
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between updates, so it can checkpoint first."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal_name is not None:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+
+@dataclass
+class TrainComponents:
+    """What an epoch needs, built once by train.py."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: torch.nn.Module
+    amp: AmpPolicy
+    device: torch.device
+    scaler: torch.amp.GradScaler | None = None
+    scheduler: Any = None
+    mixup: Callable | None = None
+    ema: Any = None
+    clip_grad: float | None = None
+    clip_mode: str = "norm"
+    grad_accum_steps: int = 1
+    sched_on_updates: bool = False
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    samples: int
+    seconds: float
+    data_seconds: float
+    steps: int
+    skipped_updates: int
+    interrupted: bool = False
+    completed_steps: int = 0
+    history: list[float] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds else 0.0
+
+
+def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int) -> None:
+    """One device sync per log step: find the first non-finite loss in the window, if any."""
+    values = window[:filled]
+    bad = (~torch.isfinite(values)).nonzero()
+    if bad.numel():
+        step = first_step + int(bad[0, 0])
+        raise UsageError(f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
+                         f"epoch {epoch} step {step}; lower --lr, add --clip-grad, or use --amp-dtype bfloat16")
+
+
+def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_updates: int,
+                    log_interval: int = 50, stop: StopRequest | None = None, show_progress: bool = True,
+                    start_step: int = 0) -> tuple[EpochResult, int]:
+    """Train for one epoch (or until a stop is requested at an update boundary)."""
+    model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
+    model.train()
+    total_steps = start_step + len(loader)
+    window = torch.zeros(max(1, log_interval), device=device)
+    loss_sum = torch.zeros((), device=device)
+    skipped = torch.zeros((), device=device, dtype=torch.int64)
+    samples, filled, window_start, data_seconds = 0, 0, start_step, 0.0
+    start = last_fetch = time.perf_counter()
+    bar = progress(loader, f"epoch {epoch}", total=len(loader), enabled=show_progress)
+    step = start_step - 1
+    interrupted = False
+    for step, batch in enumerate(bar, start=start_step):
+        data_seconds += time.perf_counter() - last_fetch
+        images, targets = batch.images, batch.targets
+        if parts.mixup is not None:
+            images, targets = parts.mixup(images, targets)
+        is_update = (step + 1) % accum == 0 or step + 1 == total_steps
+        sync_context = model.no_sync() if hasattr(model, "no_sync") and not is_update else nullcontext()
+        with sync_context:
+            with parts.amp.autocast():
+                loss = parts.loss_fn(model(images), targets)
+            scaled = loss / accum
+            (parts.scaler.scale(scaled) if parts.scaler is not None else scaled).backward()
+        if is_update:
+            skipped += _optimizer_step(parts)
+            num_updates += 1
+            if parts.ema is not None:
+                parts.ema.update(model, step=num_updates)
+            if parts.scheduler is not None:
+                parts.scheduler.step_update(num_updates=num_updates)
+        detached = loss.detach().float()
+        window[filled] = detached
+        loss_sum += detached * len(targets)
+        samples += len(targets)
+        filled += 1
+        if filled == len(window) or step + 1 == total_steps:
+            _check_finite(window, filled, epoch, window_start)
+            bar.set_postfix(loss=f"{window[:filled].mean().item():.4f}",
+                            lr=f"{parts.optimizer.param_groups[0]['lr']:.3g}",
+                            img_s=f"{samples / (time.perf_counter() - start):.1f}")
+            filled, window_start = 0, step + 1
+        if stop is not None and stop.requested and is_update:
+            interrupted = True
+            break
+        last_fetch = time.perf_counter()
+    if filled:
+        _check_finite(window, filled, epoch, window_start)
+    totals = all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(samples), device=device)]))
+    seconds = time.perf_counter() - start
+    loss_value = (totals[0] / totals[1].clamp(min=1)).item()
+    return EpochResult(loss=loss_value, samples=int(totals[1].item()), seconds=seconds, data_seconds=data_seconds,
+                       steps=step + 1 - start_step, skipped_updates=int(skipped.item()), interrupted=interrupted,
+                       completed_steps=step + 1), num_updates
+
+
+def _optimizer_step(parts: TrainComponents) -> torch.Tensor:
+    """Clip, step and zero the gradients; returns 1 (on the device) when a GradScaler skipped the step."""
+    scaler = parts.scaler
+    if scaler is not None and parts.clip_grad:
+        scaler.unscale_(parts.optimizer)
+    if parts.clip_grad:
+        dispatch_clip_grad(parts.model.parameters(), value=parts.clip_grad, mode=parts.clip_mode)
+    if scaler is None:
+        parts.optimizer.step()
+        parts.optimizer.zero_grad(set_to_none=True)
+        return torch.zeros((), dtype=torch.int64, device=parts.device)
+    scale_before = scaler._scale.clone() if scaler._scale is not None else None
+    scaler.step(parts.optimizer)
+    scaler.update()
+    parts.optimizer.zero_grad(set_to_none=True)
+    if scale_before is None:
+        return torch.zeros((), dtype=torch.int64, device=parts.device)
+    return (scaler._scale < scale_before).to(torch.int64).reshape(())
