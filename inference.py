@@ -15,7 +15,7 @@ from typing import Any
 import vtools  # noqa: F401  (guards `import torch` against broken device backends)
 
 from vtools import data as vdata
-from vtools.cli import (add_device_args, add_loader_args, add_model_args, add_preprocess_args, check_positive,
+from vtools.cli import (add_data_source_args, add_device_args, add_loader_args, add_model_args, add_preprocess_args, check_positive,
                         preprocess_overrides, setup_runtime)
 from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
@@ -28,9 +28,7 @@ CONSOLE_ROWS = 50
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
-    group.add_argument("data", nargs="?", default=None, metavar="SOURCE",
-                       help="a folder (searched recursively), a glob, a .txt file of paths, or one image")
-    group.add_argument("--data-dir", default=None, metavar="SOURCE", help="same as SOURCE (timm's flag)")
+    add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
     add_model_args(parser)
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)

@@ -24,13 +24,14 @@ from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
 from vtools.checkpoint import BEST, CheckpointManager, find_resume_path, load_training_state, native_rng, portable_rng
-from vtools.cli import add_device_args, add_model_args, check_positive, setup_runtime
+from vtools.cli import (add_data_source_args, add_device_args, add_model_args, add_preprocess_args, check_positive,
+                        preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.distributed import DistInfo, ShardSampler, init_distributed, shutdown
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write, atomic_write_text, check_writable, write_rows
-from vtools.models import create_model, export_model_folder, read_state_dict
+from vtools.models import create_model, export_model_folder, read_state_dict, unwrap
 from vtools.sampling import EpochSampler, SeededSamples
 from vtools.training import StopRequest, TrainComponents, train_one_epoch
 
@@ -39,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
     group = parser.add_argument_group("data")
-    group.add_argument("data", nargs="?", default=None, metavar="DIR", help="same as --data-dir")
-    group.add_argument("--data-dir", default=None, metavar="DIR",
-                       help="root holding the train and validation folders (one sub-folder per class)")
+    add_data_source_args(group, "DIR", "root holding the train and validation folders (one sub-folder per class)")
     group.add_argument("--dataset", "-d", default="", metavar="NAME", help="empty for folders, or torch/<name>")
     group.add_argument("--train-split", default="train", help="training split folder (default: train)")
     group.add_argument("--val-split", default="validation",
@@ -50,14 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let torchvision download a torch/<name> dataset")
     group.add_argument("--on-bad-image", default="error", choices=vdata.ON_BAD_IMAGE,
                        help="stop on an unreadable image, or skip it (default: error)")
-    add_model_args(parser, default_model="resnet50")
-    group = parser.add_argument_group("input and batches")
-    group.add_argument("--img-size", type=int, default=None, help="image size (default: the model's)")
-    group.add_argument("--input-size", type=int, nargs=3, default=None, metavar=("C", "H", "W"))
-    group.add_argument("--crop-pct", type=float, default=None, help="validation center crop fraction")
-    group.add_argument("--mean", type=float, nargs="+", default=None, metavar="MEAN")
-    group.add_argument("--std", type=float, nargs="+", default=None, metavar="STD")
-    group.add_argument("--interpolation", default=None, help="validation resize interpolation")
+    add_model_args(parser, default_model="resnet50", checkpoint_flags=False)
+    add_preprocess_args(parser)
+    group = parser.add_argument_group("batches")
     group.add_argument("--batch-size", "-b", type=int, default=128, help="per-device batch size (default: 128)")
     group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
     group.add_argument("--grad-accum-steps", type=int, default=1, help="batches per optimizer update")
@@ -196,8 +190,7 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     model = create_model(args.model, pretrained=args.pretrained, num_classes=num_classes, in_chans=args.in_chans,
                          model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
                          checkpoint=args.initial_checkpoint or None, device=device)
-    overrides = {k: getattr(args, k) for k in ("img_size", "input_size", "crop_pct", "mean", "std", "interpolation")}
-    data_config = vdata.data_config_for(model, overrides)
+    data_config = vdata.data_config_for(model, preprocess_overrides(args))
     mode = vdata.image_mode(data_config)
     train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
                               args.seed)
@@ -241,6 +234,8 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     if dist_info.enabled:
         ddp_ids = [device.index] if device.type != "cpu" else None
         parts.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ddp_ids)
+    if args.torchcompile:
+        parts.model = torch.compile(parts.model, backend=args.torchcompile)
     if dist_info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         carry_best_checkpoint(resume_path, out_dir)
@@ -295,7 +290,7 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
 def training_state(args: argparse.Namespace, parts: TrainComponents, epoch: int, step: int, num_updates: int,
                    classes: list[str], device: torch.device) -> dict[str, Any]:
     """Everything --resume needs; ``epoch``/``step`` is where training continues."""
-    model = parts.model.module if hasattr(parts.model, "module") else parts.model
+    model = unwrap(parts.model)
     state = {
         "arch": args.model, "epoch": epoch, "step_in_epoch": step, "num_updates": num_updates,
         "state_dict": model.state_dict(), "optimizer": parts.optimizer.state_dict(),

@@ -19,7 +19,7 @@ import vtools  # noqa: F401  (guards `import torch` against broken device backen
 import timm
 
 from vtools import data as vdata
-from vtools.cli import (Runtime, add_device_args, add_loader_args, add_model_args, add_preprocess_args,
+from vtools.cli import (Runtime, add_data_source_args, add_device_args, add_loader_args, add_model_args, add_preprocess_args,
                         check_positive, preprocess_overrides, setup_runtime)
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
@@ -32,9 +32,8 @@ CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
-    group.add_argument("data", nargs="?", default=None, metavar="DIR",
-                       help="image folder with one sub-folder per class (or a root holding the --split folder)")
-    group.add_argument("--data-dir", default=None, metavar="DIR", help="same as DIR (timm's flag)")
+    add_data_source_args(group, "DIR", "image folder with one sub-folder per class (or a root holding the --split "
+                                       "folder)")
     group.add_argument("--dataset", "-d", default="", metavar="NAME",
                        help="empty for image folders, or torch/<name> for a torchvision dataset (torch/cifar10 ...)")
     group.add_argument("--split", default="validation", help="split to validate (default: validation)")

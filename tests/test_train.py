@@ -200,3 +200,18 @@ def test_sync_bn_on_cpu_is_refused(fashion4: Path, tmp_path: Path) -> None:
 def test_non_finite_loss_names_epoch_and_step(fashion4: Path, tmp_path: Path) -> None:
     proc = run_script(train_args(fashion4, tmp_path, "nan", "--device", "cpu", "--std", "0", "0", "0"))
     assert_usage_error(proc, "non-finite", "epoch 0 step 0")
+
+
+def test_torchcompile_and_ema_export(fashion4: Path, tmp_path: Path) -> None:
+    """--torchcompile (eager backend: dynamo without code generation) trains; the EMA weights are exported."""
+    proc = run_script(train_args(fashion4, tmp_path, "compiled", "--device", "cpu", "--epochs", "1",
+                                 "--torchcompile", "eager", "--model-ema", "--model-ema-decay", "0.5"))
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "compiled"
+    state = torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert not any(key.startswith("_orig_mod") for key in state["state_dict"])
+    from safetensors.torch import load_file
+
+    exported = load_file(str(run / "model" / "model.safetensors"))
+    assert_same_weights(exported, state["state_dict_ema"])
+    assert json.loads((run / "model" / "config.json").read_text())["label_names"] == CLASSES

@@ -263,3 +263,10 @@ def test_unwritable_results_location(custom_images: Path, custom_model_dir: Path
     proc = run_script(["validate.py", str(custom_images), "--model", str(custom_model_dir), "--results-file",
                        str(blocker / "results.csv")])
     assert_usage_error(proc, "--results-file")
+
+
+def test_torchcompile_channels_last_same_numbers(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    plain = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir)], tmp_path / "a.json")
+    tuned = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--torchcompile",
+                          "eager", "--channels-last"], tmp_path / "b.json")
+    assert tuned["top1"] == plain["top1"] and tuned["loss"] == pytest.approx(plain["loss"], rel=1e-4)

@@ -43,18 +43,25 @@ def setup_runtime(args: argparse.Namespace) -> Runtime:
     return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype))
 
 
-def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = None) -> None:
-    """timm's model flags: --model, --pretrained, --checkpoint, --use-ema, --num-classes, ..."""
+def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = None,
+                   checkpoint_flags: bool = True) -> None:
+    """timm's model flags: --model, --pretrained, --checkpoint, --use-ema, --num-classes, ...
+
+    train.py starts from --initial-checkpoint and resumes with --resume instead
+    of --checkpoint/--use-ema, so it asks for the model flags without them.
+    """
     group = parser.add_argument_group("model")
     group.add_argument("--model", "-m", default=default_model, metavar="NAME",
                        help="timm model name (optionally with a pretrained tag), hf-hub:ORG/NAME, "
                             "local-dir:PATH, or a path to a model folder (config.json + model.safetensors)")
     group.add_argument("--pretrained", action="store_true", default=False,
                        help="load pretrained weights (implied for model folders and hub names)")
-    group.add_argument("--checkpoint", default="", metavar="PATH",
-                       help="weights to load: .safetensors, a timm .pth.tar, or a plain state dict")
-    group.add_argument("--use-ema", action="store_true", default=False,
-                       help="load the checkpoint's EMA weights (state_dict_ema)")
+    if checkpoint_flags:
+        group.add_argument("--checkpoint", default="", metavar="PATH",
+                           help="weights to load: .safetensors, a timm .pth.tar, or a plain state dict; "
+                                "a folder or glob validates each")
+        group.add_argument("--use-ema", action="store_true", default=False,
+                           help="load the checkpoint's EMA weights (state_dict_ema)")
     group.add_argument("--num-classes", type=int, default=None, help="number of classifier outputs")
     group.add_argument("--in-chans", type=int, default=None, help="number of input image channels")
     group.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs, metavar="KEY=VALUE",
@@ -100,3 +107,9 @@ def preprocess_overrides(args: argparse.Namespace) -> dict:
 def check_positive(value: int | None, flag: str) -> None:
     if value is not None and value <= 0:
         raise UsageError(f"{flag} must be a positive integer, got {value}")
+
+
+def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text: str) -> None:
+    """The positional data argument and its timm spelling --data-dir (either may be given)."""
+    group.add_argument("data", nargs="?", default=None, metavar=metavar, help=help_text)
+    group.add_argument("--data-dir", default=None, metavar=metavar, help=f"same as {metavar} (timm's flag)")

@@ -249,3 +249,10 @@ def export_model_folder(model: torch.nn.Module, folder: str | Path, class_names:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain model inside torch.compile and DDP wrappers (their state_dict keys carry prefixes)."""
+    model = getattr(model, "_orig_mod", model)
+    model = getattr(model, "module", model)
+    return getattr(model, "_orig_mod", model)

@@ -21,6 +21,7 @@ from timm.utils import dispatch_clip_grad
 from vtools.amp import AmpPolicy
 from vtools.distributed import all_reduce_sum
 from vtools.errors import UsageError
+from vtools.models import unwrap
 from vtools.progress import progress
 
 
@@ -127,7 +128,7 @@ def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_up
             skipped += _optimizer_step(parts)
             num_updates += 1
             if parts.ema is not None:
-                parts.ema.update(model, step=num_updates)
+                parts.ema.update(unwrap(model), step=num_updates)
             if parts.scheduler is not None:
                 parts.scheduler.step_update(num_updates=num_updates)
         detached = loss.detach().float()

@@ -113,6 +113,19 @@ void check_device_index(DeviceIndex index) {
 // Device allocator: malloc/free plus byte counters per device
 // ---------------------------------------------------------------------------
 
+// 64-byte aligned host memory, like PyTorch's CPU allocator, so the CPU
+// kernels that the fallback runs on device memory see what they expect.
+void* aligned_host_alloc(size_t nbytes, const char* what) {
+  void* ptr = nullptr;
+  if (posix_memalign(&ptr, 64, nbytes) != 0) {
+    ptr = nullptr;
+  }
+  TORCH_CHECK_WITH(
+      OutOfMemoryError, ptr != nullptr,
+      "npu: out of host memory ", what, " ", nbytes, " bytes");
+  return ptr;
+}
+
 void free_device_ptr(void* ptr);
 
 class NpuAllocator final : public c10::DeviceAllocator {
@@ -122,14 +135,7 @@ class NpuAllocator final : public c10::DeviceAllocator {
     check_device_index(index);
     void* ptr = nullptr;
     if (nbytes > 0) {
-      // 64-byte alignment, like PyTorch's CPU allocator, so CPU kernels that
-      // the fallback runs on this memory see what they expect.
-      if (posix_memalign(&ptr, 64, nbytes) != 0) {
-        ptr = nullptr;
-      }
-      TORCH_CHECK_WITH(
-          OutOfMemoryError, ptr != nullptr,
-          "npu: out of host memory allocating ", nbytes, " bytes");
+      ptr = aligned_host_alloc(nbytes, "allocating");
       std::lock_guard<std::mutex> lock(mutex_);
       blocks_[reinterpret_cast<uintptr_t>(ptr)] = Block{nbytes, index};
       stats_[index].bytes.increase(nbytes);
@@ -265,12 +271,7 @@ class PinnedAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* ptr = nullptr;
     if (nbytes > 0) {
-      if (posix_memalign(&ptr, 64, nbytes) != 0) {
-        ptr = nullptr;
-      }
-      TORCH_CHECK_WITH(
-          OutOfMemoryError, ptr != nullptr,
-          "npu: out of host memory pinning ", nbytes, " bytes");
+      ptr = aligned_host_alloc(nbytes, "pinning");
       std::lock_guard<std::mutex> lock(mutex_);
       blocks_[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
     }
