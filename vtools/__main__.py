@@ -10,17 +10,22 @@ from vtools.errors import run_cli
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m vtools env [--device SPEC] [--device-modules MOD ...]\n\n"
-              "  env    print versions, devices, AMP policy and environment for bug reports")
+        print("usage: python -m vtools {env,bench} [options]\n\n"
+              "  env    print versions, devices, AMP policy and environment for bug reports\n"
+              "  bench  measure train/validate/inference throughput against a plain baseline")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "env":
         from vtools.envreport import main
 
         return main(rest)
+    if command == "bench":
+        from vtools.benchmark import main as bench
+
+        return bench(rest)
     from vtools.errors import UsageError
 
-    raise UsageError(f"unknown command {command!r} (available: env)")
+    raise UsageError(f"unknown command {command!r} (available: env, bench)")
 
 
 if __name__ == "__main__":
