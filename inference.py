@@ -20,7 +20,7 @@ from vtools.cli import (add_data_source_args, add_device_args, add_loader_args, 
 from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
 from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
-from vtools.models import LABEL_TYPES, create_model, label_lookup, prepare_for_eval
+from vtools.models import LABEL_TYPES, create_model, label_lookup, prepare_for_eval, use_channels_last
 
 CONSOLE_ROWS = 50
 
@@ -108,14 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     dataset = vdata.ImageFiles(paths, None, vdata.eval_transform(data_config), vdata.image_mode(data_config))
     skipped: list[str] = []
-
-
-    loader = vdata.DeviceLoader(vdata.make_loader(dataset, args.batch_size, runtime.device, args.workers,
-                                                  persistent=False),
-                                runtime.device, data_config["mean"], data_config["std"],
-                                channels_last=args.channels_last, 
-                                on_bad=vdata.bad_image_handler(args.on_bad_image, skipped))
-    model = prepare_for_eval(model, args.channels_last, args.torchcompile)
+    channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    loader = vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
+                                      channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
+    model = prepare_for_eval(model, channels_last, args.torchcompile)
     outputs = list(predict(model, loader, runtime.amp, args.topk, args.output_type))
     rows = make_rows(args, paths, outputs, label_lookup(model, args.label_type))
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:

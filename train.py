@@ -31,7 +31,7 @@ from vtools.distributed import DistInfo, ShardSampler, init_distributed, shutdow
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write, atomic_write_text, check_writable, write_rows
-from vtools.models import create_model, export_model_folder, read_state_dict, unwrap
+from vtools.models import create_model, export_model_folder, read_state_dict, unwrap, use_channels_last
 from vtools.sampling import EpochSampler, SeededSamples
 from vtools.training import StopRequest, TrainComponents, train_one_epoch
 
@@ -195,6 +195,7 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
                               args.seed)
     val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
+    channels_last = use_channels_last(args.channels_last, model, device)
     sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
     if len(sampler.order) < args.batch_size:
         raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
@@ -203,15 +204,14 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     on_bad = vdata.bad_image_handler(args.on_bad_image, skipped)
     train_loader = vdata.DeviceLoader(
         vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
-        device, data_config["mean"], data_config["std"], channels_last=args.channels_last,
+        device, data_config["mean"], data_config["std"], channels_last=channels_last,
         batch_transform=recipe.build_random_erasing(args, device), on_bad=on_bad)
-    val_loader = vdata.DeviceLoader(
-        vdata.make_loader(val_set, args.validation_batch_size or args.batch_size, device, args.workers,
-                          sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size)),
-        device, data_config["mean"], data_config["std"], channels_last=args.channels_last, on_bad=on_bad)
+    val_loader = vdata.eval_device_loader(
+        val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
+        on_bad, sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
     train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
 
-    if args.channels_last:
+    if channels_last:
         model.to(memory_format=torch.channels_last)
     if dist_info.enabled and args.sync_bn:
         model = convert_sync_batchnorm(model)

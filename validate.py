@@ -24,7 +24,7 @@ from vtools.cli import (Runtime, add_data_source_args, add_device_args, add_load
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import check_writable, format_table, write_rows
-from vtools.models import class_names_of, count_params, create_model, prepare_for_eval
+from vtools.models import class_names_of, count_params, create_model, prepare_for_eval, use_channels_last
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 
@@ -105,12 +105,9 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
             raise UsageError(f"{split_dir} has labels up to {max(labels)} but {args.model} has {model.num_classes} "
                              "outputs; pass --class-map or a model trained on these classes")
         dataset = vdata.ImageFiles(paths, labels, transform, mode)
-
-
-    loader = vdata.make_loader(dataset, args.batch_size, runtime.device, args.workers, persistent=False)
-    return vdata.DeviceLoader(loader, runtime.device, data_config["mean"], data_config["std"],
-                              channels_last=args.channels_last, 
-                              on_bad=vdata.bad_image_handler(args.on_bad_image, skipped))
+    return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
+                                    use_channels_last(args.channels_last, model, runtime.device),
+                                    vdata.bad_image_handler(args.on_bad_image, skipped))
 
 
 def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
@@ -122,7 +119,8 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     skipped: list[str] = []
     loader = build_eval_loader(args, model, data_config, runtime, skipped)
-    model = prepare_for_eval(model, args.channels_last, args.torchcompile)
+    channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    model = prepare_for_eval(model, channels_last, args.torchcompile)
     result = evaluate(model, loader, runtime.device, runtime.amp, desc=Path(model_name).name,
                       log=print, log_freq=args.log_freq)
     return {
@@ -131,7 +129,7 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
         "param_count": round(count_params(model) / 1e6, 2), "img_size": data_config["input_size"][-1],
         "crop_pct": data_config["crop_pct"], "interpolation": data_config["interpolation"],
         "loss": round(result.loss, 6), "samples": result.count, "skipped": len(skipped),
-        "device": str(runtime.device), "amp_dtype": runtime.amp.dtype_name,
+        "device": str(runtime.device), "amp_dtype": runtime.amp.dtype_name, "channels_last": channels_last,
         "img_per_sec": round(result.images_per_second, 2), "checkpoint": checkpoint,
     }
 

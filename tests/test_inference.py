@@ -151,14 +151,6 @@ def test_unknown_model(custom_images: Path, tmp_path: Path) -> None:
     _bad([str(custom_images), "--model", "vit_tiny_patch16_22"], tmp_path, "unknown model", "did you mean")
 
 
-def test_unwritable_results(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    proc = run_script(["inference.py", str(custom_images), "--model", str(custom_model_dir), "--results-dir",
-                       str(blocker / "sub")])
-    assert_usage_error(proc, "cannot create folder")
-
-
 def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> None:
     (tmp_path / "empty_model").mkdir()
     _bad([str(custom_images), "--model", str(tmp_path / "empty_model")], tmp_path, "has no config.json")

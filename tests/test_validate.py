@@ -257,14 +257,6 @@ def test_hub_model_without_network(results: Path, custom_images: Path) -> None:
          "local model folder", env={"HF_HUB_OFFLINE": "1"})
 
 
-def test_unwritable_results_location(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    blocker = tmp_path / "a_file"
-    blocker.write_text("x")
-    proc = run_script(["validate.py", str(custom_images), "--model", str(custom_model_dir), "--results-file",
-                       str(blocker / "results.csv")])
-    assert_usage_error(proc, "--results-file")
-
-
 def test_torchcompile_channels_last_same_numbers(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     plain = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir)], tmp_path / "a.json")
     tuned = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--torchcompile",

@@ -66,8 +66,9 @@ def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = 
     group.add_argument("--in-chans", type=int, default=None, help="number of input image channels")
     group.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs, metavar="KEY=VALUE",
                        help="extra keyword arguments for timm.create_model")
-    group.add_argument("--channels-last", action="store_true", default=False,
-                       help="use the channels_last memory layout")
+    group.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                       help="channels_last memory layout (default: on for convolutional models on cpu, cuda "
+                            "and xpu, where it is faster; off elsewhere)")
     group.add_argument("--torchcompile", nargs="?", const="inductor", default=None, metavar="BACKEND",
                        help="compile the model with torch.compile (default backend: inductor)")
 

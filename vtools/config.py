@@ -48,6 +48,10 @@ def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
         if not isinstance(value, bool):
             raise wrong("true or false")
         return value
+    if isinstance(action, argparse.BooleanOptionalAction):
+        if value is not None and not isinstance(value, bool):
+            raise wrong("true, false or null")
+        return value
     if value is None:
         return None
     if isinstance(action.default, dict):  # --model-kwargs key=value pairs: a mapping in YAML

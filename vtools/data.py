@@ -370,3 +370,13 @@ def bad_image_handler(policy: str, skipped: list[str]) -> Callable[[list[BadSamp
             skipped.append(sample.path)
 
     return handle
+
+
+def eval_device_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None,
+                       data_config: dict[str, Any], channels_last: bool,
+                       on_bad: Callable[[list[BadSample]], None] | None, sampler: Sampler | None = None,
+                       persistent: bool = False) -> DeviceLoader:
+    """One pass over ``dataset`` in order, as normalized batches on ``device``."""
+    loader = make_loader(dataset, batch_size, device, workers, sampler=sampler, persistent=persistent)
+    return DeviceLoader(loader, device, data_config["mean"], data_config["std"], channels_last=channels_last,
+                        on_bad=on_bad)

@@ -35,21 +35,22 @@ class DeviceKind:
     dist_backend: str | None = None  # torch.distributed backend; None -> torch's default map
     visible_env: str | None = None  # env var that selects visible devices
     pinned_host_memory: bool = False  # host->device copies benefit from pinned memory
+    channels_last: bool = False  # convolutions run faster in NHWC on this device
     install_hint: str = ""
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     kind.type: kind
     for kind in (
-        DeviceKind("cpu", dist_backend="gloo"),
+        DeviceKind("cpu", dist_backend="gloo", channels_last=True),
         DeviceKind("cuda", dist_backend="nccl", visible_env="CUDA_VISIBLE_DEVICES", pinned_host_memory=True,
-                   install_hint="install a CUDA (or ROCm) build of torch"),
+                   channels_last=True, install_hint="install a CUDA (or ROCm) build of torch"),
         DeviceKind("npu", package="torch_npu", dist_backend="hccl", visible_env="ASCEND_RT_VISIBLE_DEVICES",
                    pinned_host_memory=True,
                    install_hint="install Ascend CANN and the torch_npu release built for this torch "
                                 "(torch_npu X.Y.Z requires torch X.Y.Z)"),
         DeviceKind("xpu", dist_backend="xccl", visible_env="ZE_AFFINITY_MASK", pinned_host_memory=True,
-                   install_hint="install an XPU build of torch"),
+                   channels_last=True, install_hint="install an XPU build of torch"),
         DeviceKind("mps", dist_backend="gloo", install_hint="use a macOS arm64 build of torch"),
         DeviceKind("mlu", package="torch_mlu", dist_backend="cncl", visible_env="MLU_VISIBLE_DEVICES",
                    pinned_host_memory=True, install_hint="install Cambricon's torch_mlu for this torch"),

@@ -44,7 +44,8 @@ def evaluate(model: torch.nn.Module, loader: Iterable, device: torch.device, amp
              log: Callable[[str], None] | None = None, log_freq: int = 0) -> EvalResult:
     """Top-1, top-5 and mean cross-entropy over ``loader`` (summed over ranks)."""
     model.eval()
-    totals = torch.zeros(4, dtype=torch.float32, device=device)  # top1, top5, loss sum, count
+    totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
+    count = 0  # known on the host: no device sync per batch
     start = time.perf_counter()
     bar = progress(loader, desc, total=len(loader) if hasattr(loader, "__len__") else None, enabled=show_progress)
     for step, batch in enumerate(bar):
@@ -55,15 +56,15 @@ def evaluate(model: torch.nn.Module, loader: Iterable, device: torch.device, amp
         logits = logits.float()
         loss_sum = F.cross_entropy(logits, batch.targets, reduction="sum")
         top1, top5 = topk_correct(logits, batch.targets)
-        totals += torch.stack([top1.float(), top5.float(), loss_sum, torch.tensor(float(len(batch.targets)),
-                                                                                 device=device)])
+        totals += torch.stack([top1.float(), top5.float(), loss_sum])
+        count += len(batch.targets)
         if log is not None and log_freq and step % log_freq == 0:
-            seen = max(totals[3].item(), 1.0)
+            seen = max(count, 1)
             log(f"{desc}: [{step}/{len(bar)}] top1 {100 * totals[0].item() / seen:.2f} "
                 f"top5 {100 * totals[1].item() / seen:.2f} loss {totals[2].item() / seen:.4f}")
     synchronize(device)
     seconds = time.perf_counter() - start
-    top1, top5, loss, count = all_reduce_sum(totals).tolist()
+    top1, top5, loss, count = all_reduce_sum(torch.cat([totals, totals.new_tensor([count])])).tolist()
     count = int(round(count))
     if count == 0:
         return EvalResult(0.0, 0.0, float("nan"), 0, seconds)

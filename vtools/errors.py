@@ -39,4 +39,7 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None
     raise SystemExit(code or 0)

@@ -184,6 +184,20 @@ def class_names_of(model: torch.nn.Module) -> list[str] | None:
     return None
 
 
+def is_convnet(model: torch.nn.Module) -> bool:
+    """Several 2-d convolutions: a CNN (a ViT has one, its patch embedding)."""
+    return sum(isinstance(m, torch.nn.Conv2d) for m in model.modules()) >= 3
+
+
+def use_channels_last(flag: bool | None, model: torch.nn.Module, device: torch.device) -> bool:
+    """--channels-last / --no-channels-last, or (unset) where it is faster: CNNs on devices that like NHWC."""
+    from vtools.device import kind_of
+
+    if flag is not None:
+        return flag
+    return kind_of(device.type).channels_last and is_convnet(model)
+
+
 def prepare_for_eval(model: torch.nn.Module, channels_last: bool = False,
                      torchcompile: str | None = None) -> torch.nn.Module:
     """Eval mode, memory layout and optional torch.compile, in that order."""

@@ -1,0 +1,22 @@
+"""The benchmark runs and writes a table pandas reads (its figures are measured, never asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from tests.conftest import run_script
+
+
+def test_benchmark_writes_every_column(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    proc = run_script(["-m", "vtools", "bench", "--model", "test_resnet", "--tasks", "validate", "--steps", "1",
+                       "--warmup", "1", "--batch-size", "4", "--workers", "0", "--output", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out)
+    assert list(table["mode"]) == ["model", "vtools", "baseline"]
+    for column in ("img_per_sec", "data_wait", "startup_s", "peak_host_mib", "vs_model", "vs_baseline"):
+        assert column in table.columns
+    assert (table["img_per_sec"] > 0).all() and (table["startup_s"] > 0).all()
+    assert table["data_wait"].between(0, 1).all()
