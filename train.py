@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,12 @@ from vtools.cli import (add_data_source_args, add_device_args, add_model_args, a
                         preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.distributed import DistInfo, ShardSampler, init_distributed, shutdown
-from vtools.engine import evaluate
+from vtools.engine import EvalResult, evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write, atomic_write_text, check_writable, write_rows
 from vtools.models import create_model, export_model_folder, read_state_dict, unwrap, use_channels_last
 from vtools.sampling import EpochSampler, SeededSamples
-from vtools.training import StopRequest, TrainComponents, train_one_epoch
+from vtools.training import EpochResult, StopRequest, TrainComponents, train_one_epoch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,11 +170,77 @@ def main(argv: list[str] | None = None) -> int:
     if args.sync_bn and runtime.device.type == "cpu":
         raise UsageError("--sync-bn needs an accelerator: torch's SyncBatchNorm does not run on cpu")
     device, amp = runtime.device, runtime.amp
+    if args.dist_backend:
+        dev.dist_backend(device, args.dist_backend)  # an unavailable backend fails now, not inside torchrun
     dist_info = init_distributed(device, args.dist_backend)
     try:
         return train(args, device, amp, dist_info)
     finally:
         shutdown()
+
+
+@dataclass
+class Loaders:
+    train: vdata.DeviceLoader
+    val: vdata.DeviceLoader
+    sampler: EpochSampler
+    data_config: dict[str, Any]
+    channels_last: bool
+
+
+def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source: Any, val_source: Any,
+                  device: torch.device, dist_info: DistInfo) -> Loaders:
+    """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
+    data_config = vdata.data_config_for(model, preprocess_overrides(args))
+    mode = vdata.image_mode(data_config)
+    train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
+                              args.seed)
+    val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
+    channels_last = use_channels_last(args.channels_last, model, device)
+    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
+    if len(sampler.order) < args.batch_size:
+        raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
+                         "per process")
+    on_bad = vdata.bad_image_handler(args.on_bad_image, [])
+    train_loader = vdata.DeviceLoader(
+        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
+        device, data_config["mean"], data_config["std"], channels_last=channels_last,
+        batch_transform=recipe.build_random_erasing(args, device), on_bad=on_bad)
+    train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
+    val_loader = vdata.eval_device_loader(
+        val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
+        on_bad, sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
+    return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
+
+
+def build_components(args: argparse.Namespace, model: torch.nn.Module, loaders: Loaders, num_classes: int,
+                     device: torch.device, amp: Any, dist_info: DistInfo) -> tuple[TrainComponents, float]:
+    """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run."""
+    if loaders.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if dist_info.enabled and args.sync_bn:
+        model = convert_sync_batchnorm(model)
+    updates_per_epoch = (len(loaders.train) + args.grad_accum_steps - 1) // args.grad_accum_steps
+    lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
+    optimizer = recipe.build_optimizer(model, args, lr)
+    mixup = recipe.build_mixup(args, num_classes)
+    parts = TrainComponents(
+        model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
+        amp=amp, device=device, scaler=amp.grad_scaler(),
+        scheduler=recipe.build_scheduler(optimizer, args, updates_per_epoch), mixup=mixup,
+        ema=recipe.build_ema(model, args), clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+        grad_accum_steps=args.grad_accum_steps, sched_on_updates=args.sched_on_updates)
+    return parts, lr
+
+
+def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: torch.device,
+                   dist_info: DistInfo) -> None:
+    """DDP across processes, then torch.compile, once the weights are final (after resume)."""
+    if dist_info.enabled:
+        ddp_ids = [device.index] if device.type != "cpu" else None
+        parts.model = torch.nn.parallel.DistributedDataParallel(parts.model, device_ids=ddp_ids)
+    if args.torchcompile:
+        parts.model = torch.compile(parts.model, backend=args.torchcompile)
 
 
 def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: DistInfo) -> int:
@@ -190,69 +257,31 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     model = create_model(args.model, pretrained=args.pretrained, num_classes=num_classes, in_chans=args.in_chans,
                          model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
                          checkpoint=args.initial_checkpoint or None, device=device)
-    data_config = vdata.data_config_for(model, preprocess_overrides(args))
-    mode = vdata.image_mode(data_config)
-    train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
-                              args.seed)
-    val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
-    channels_last = use_channels_last(args.channels_last, model, device)
-    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
-    if len(sampler.order) < args.batch_size:
-        raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
-                         "per process")
-    skipped: list[str] = []
-    on_bad = vdata.bad_image_handler(args.on_bad_image, skipped)
-    train_loader = vdata.DeviceLoader(
-        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
-        device, data_config["mean"], data_config["std"], channels_last=channels_last,
-        batch_transform=recipe.build_random_erasing(args, device), on_bad=on_bad)
-    val_loader = vdata.eval_device_loader(
-        val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
-        on_bad, sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
-    train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
-
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-    if dist_info.enabled and args.sync_bn:
-        model = convert_sync_batchnorm(model)
-    updates_per_epoch = (len(train_loader) + args.grad_accum_steps - 1) // args.grad_accum_steps
-    lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
-    optimizer = recipe.build_optimizer(model, args, lr)
-    scheduler = recipe.build_scheduler(optimizer, args, updates_per_epoch)
-    mixup = recipe.build_mixup(args, num_classes)
-    ema = recipe.build_ema(model, args)
-    parts = TrainComponents(
-        model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
-        amp=amp, device=device, scaler=amp.grad_scaler(), scheduler=scheduler, mixup=mixup, ema=ema,
-        clip_grad=args.clip_grad, clip_mode=args.clip_mode, grad_accum_steps=args.grad_accum_steps,
-        sched_on_updates=args.sched_on_updates)
+    loaders = build_loaders(args, model, train_source, val_source, device, dist_info)
+    parts, lr = build_components(args, model, loaders, num_classes, device, amp, dist_info)
     manager = CheckpointManager(out_dir, keep=args.checkpoint_hist, higher_is_better=args.eval_metric != "loss")
     start_epoch, start_step, num_updates = 0, 0, 0
     if resume_state is not None:
         start_epoch, start_step, num_updates = restore(resume_state, parts, manager, device)
         say(f"resumed from {resume_path} at epoch {start_epoch}, step {start_step}")
-    if dist_info.enabled:
-        ddp_ids = [device.index] if device.type != "cpu" else None
-        parts.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ddp_ids)
-    if args.torchcompile:
-        parts.model = torch.compile(parts.model, backend=args.torchcompile)
+    wrap_for_speed(parts, args, device, dist_info)
     if dist_info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         carry_best_checkpoint(resume_path, out_dir)
         atomic_write_text(out_dir / "config.yaml", dump_config(args, out_dir / "config.yaml"))
     say(f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
-        f"{len(train_set)} train / {len(val_set)} val images, {num_classes} classes, lr {lr:.4g}, "
-        f"{dist_info.world_size} process(es) -> {out_dir}")
+        f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
+        f"{num_classes} classes, lr {lr:.4g}, {dist_info.world_size} process(es) -> {out_dir}")
 
     summary_rows = read_summary(out_dir, start_epoch) if resume_state is not None else []
     with StopRequest() as stop:
         for epoch in range(start_epoch, args.epochs):
-            if mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
+            if parts.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
                 parts.mixup = None
-            sampler.set_epoch(epoch, skip_samples=start_step * args.batch_size if epoch == start_epoch else 0)
-            result, num_updates = train_one_epoch(parts, train_loader, epoch, num_updates, args.log_interval,
-                                                  stop, show_progress=dist_info.is_main,
-                                                  start_step=start_step if epoch == start_epoch else 0)
+            first_step = start_step if epoch == start_epoch else 0
+            loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
+            result, num_updates = train_one_epoch(parts, loaders.train, epoch, num_updates, args.log_interval,
+                                                  stop, show_progress=dist_info.is_main, start_step=first_step)
             if result.interrupted:
                 if dist_info.is_main:
                     state = training_state(args, parts, epoch, result.completed_steps, num_updates, classes, device)
@@ -260,31 +289,50 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
                     say(f"{stop.signal_name}: saved a resumable checkpoint at epoch {epoch} step "
                         f"{result.completed_steps} to {path}; continue with --resume {path}")
                 return 130 if stop.signal_name == "SIGINT" else 143
-            if scheduler is not None:
-                scheduler.step(epoch + 1)
-            metrics = evaluate(ema.module if ema is not None else parts.model, val_loader, device, amp,
-                               desc=f"validate {epoch}", show_progress=dist_info.is_main)
-            metric = {"top1": metrics.top1, "top5": metrics.top5, "loss": metrics.loss}[args.eval_metric]
-            row = {"epoch": epoch, "train_loss": round(result.loss, 6), "eval_loss": round(metrics.loss, 6),
-                   "eval_top1": round(metrics.top1, 4), "eval_top5": round(metrics.top5, 4),
-                   "lr": optimizer.param_groups[0]["lr"], "img_per_sec": round(result.images_per_second, 2),
-                   "epoch_seconds": round(result.seconds, 2), "skipped_updates": result.skipped_updates,
-                   "eval_samples": metrics.count}
-            summary_rows.append(row)
+            if parts.scheduler is not None:
+                parts.scheduler.step(epoch + 1)
+            metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp, desc=f"validate {epoch}",
+                               show_progress=dist_info.is_main)
+            summary_rows.append(summary_row(epoch, result, metrics, parts.optimizer))
             if dist_info.is_main:
                 state = training_state(args, parts, epoch + 1, 0, num_updates, classes, device)
+                metric = {"top1": metrics.top1, "top5": metrics.top5, "loss": metrics.loss}[args.eval_metric]
                 best = manager.save(state, epoch, metric)
                 write_rows(out_dir / "summary.csv", summary_rows, "csv")
-                say(f"epoch {epoch}: train_loss {result.loss:.4f}  eval_loss {metrics.loss:.4f}  "
-                    f"top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  {result.images_per_second:.1f} img/s"
-                    f"{'  (best)' if best else ''}"
-                    + (f"  {result.skipped_updates} updates skipped by the GradScaler" if result.skipped_updates
-                       else ""))
+                say(epoch_line(epoch, result, metrics, best))
     if dist_info.is_main:
-        exported = export_best(args, out_dir, num_classes, classes, data_config, ema is not None)
+        exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
         say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "
             f"model folder: {exported}")
     return 0
+
+
+def eval_model(parts: TrainComponents, dist_info: DistInfo) -> torch.nn.Module:
+    """The EMA weights when tracked; never the DDP wrapper: its forward may broadcast buffers, a
+    collective that shards differing by one batch could not match."""
+    if parts.ema is not None:
+        return parts.ema.module
+    return unwrap(parts.model) if dist_info.enabled else parts.model
+
+
+def summary_row(epoch: int, result: EpochResult, metrics: EvalResult, optimizer: torch.optim.Optimizer
+                ) -> dict[str, Any]:
+    """One row of summary.csv."""
+    return {"epoch": epoch, "train_loss": round(result.loss, 6), "eval_loss": round(metrics.loss, 6),
+            "eval_top1": round(metrics.top1, 4), "eval_top5": round(metrics.top5, 4),
+            "lr": optimizer.param_groups[0]["lr"], "img_per_sec": round(result.images_per_second, 2),
+            "epoch_seconds": round(result.seconds, 2), "skipped_updates": result.skipped_updates,
+            "eval_samples": metrics.count}
+
+
+def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult, best: bool) -> str:
+    line = (f"epoch {epoch}: train_loss {result.loss:.4f}  eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  "
+            f"top5 {metrics.top5:.2f}  {result.images_per_second:.1f} img/s")
+    if best:
+        line += "  (best)"
+    if result.skipped_updates:
+        line += f"  {result.skipped_updates} updates skipped by the GradScaler"
+    return line
 
 
 def training_state(args: argparse.Namespace, parts: TrainComponents, epoch: int, step: int, num_updates: int,

@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
                   f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s", flush=True)
             rows.append(row)
-    print(format_table(rows, ["model", "top1", "top5", "loss", "samples", "param_count", "img_size", "device",
-                              "amp_dtype", "img_per_sec"]))
+    columns = ["model", "top1", "top5", "loss", "samples", "param_count", "img_size", "device", "amp_dtype",
+               "img_per_sec"]
+    print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
     if args.results_file:
         write_rows(args.results_file, rows, args.results_format)
         print(f"results written to {args.results_file}")

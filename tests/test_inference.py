@@ -154,3 +154,10 @@ def test_unknown_model(custom_images: Path, tmp_path: Path) -> None:
 def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> None:
     (tmp_path / "empty_model").mkdir()
     _bad([str(custom_images), "--model", str(tmp_path / "empty_model")], tmp_path, "has no config.json")
+
+
+def test_no_console_results(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    stdout, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir),
+                                   "--no-console-results"], tmp_path)
+    assert "filename" not in stdout and "12 images classified" in stdout
+    assert len(json.loads(files["json"].read_text())) == 12

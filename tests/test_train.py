@@ -145,13 +145,14 @@ def _free_port() -> int:
 
 def test_torchrun_two_processes_counts_each_sample_once(fashion4: Path, tmp_path: Path) -> None:
     val = fashion4 / "val"
-    odd = tmp_path / "odd"  # 59 validation images: shards of 30 and 29, no padded duplicates
+    odd = tmp_path / "odd"  # 59 validation images: shards of 30 and 29, no padded duplicates, uneven batches
     shutil.copytree(fashion4, odd)
     next((odd / "val" / "bag").iterdir()).unlink()
     proc = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                        "--master-port", str(_free_port()),
-                       *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1")],
-                      env={"OMP_NUM_THREADS": "1"})
+                       *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1",
+                                   "--validation-batch-size", "29")],  # shards of 2 and 1 batches
+                      env={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = summary(tmp_path / "ddp")
     assert int(rows[0]["eval_samples"]) == 59
@@ -215,3 +216,36 @@ def test_torchcompile_and_ema_export(fashion4: Path, tmp_path: Path) -> None:
     exported = load_file(str(run / "model" / "model.safetensors"))
     assert_same_weights(exported, state["state_dict_ema"])
     assert json.loads((run / "model" / "config.json").read_text())["label_names"] == CLASSES
+
+
+def test_more_recipe_flags(fashion4: Path, tmp_path: Path) -> None:
+    """BCE loss, step schedule, lr scaled from --lr-base, loss as the metric, mixup switched off, layer
+    decay, a starting checkpoint, one kept checkpoint: a run that uses them all trains and obeys them."""
+    start = tmp_path / "start.safetensors"
+    import timm
+    from safetensors.torch import save_file
+
+    save_file(timm.create_model("test_resnet", num_classes=4).state_dict(), str(start))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data-dir: {fashion4}\nmodel: test_resnet\nimg-size: 32\nbatch-size: 16\nepochs: 3\n"
+                      "lr-base: 0.05\nlr-base-size: 64\nsched: step\ndecay-epochs: 1\ndecay-rate: 0.5\n"
+                      "warmup-epochs: 0\nbce-loss: true\nmixup: 0.2\nmixup-off-epoch: 1\nlayer-decay: 0.9\n"
+                      "eval-metric: loss\ncheckpoint-hist: 1\nvalidation-batch-size: 7\nno-aug: true\n"
+                      "momentum: 0.8\nworkers: 0\n")
+    proc = run_script(["train.py", "-c", str(config), "--output", str(tmp_path), "--experiment", "more",
+                       "--device", "cpu", "--initial-checkpoint", str(start), "--dist-backend", "gloo"])
+    assert proc.returncode == 0, proc.stderr
+    assert "lr 0.0125" in proc.stdout  # 0.05 * 16 / 64
+    run = tmp_path / "more"
+    rows = summary(run)
+    lrs = [float(r["lr"]) for r in rows]
+    assert lrs[0] > lrs[1] > lrs[2]  # step decay every epoch
+    assert sorted(p.name for p in run.glob("checkpoint-*.pth.tar")) == ["checkpoint-2.pth.tar"]
+    best = torch.load(run / "model_best.pth.tar", map_location="cpu", weights_only=True)
+    losses = [float(r["eval_loss"]) for r in rows]
+    assert best["best_epoch"] == losses.index(min(losses))
+
+
+def test_unavailable_dist_backend(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "d", "--device", "cpu", "--dist-backend", "hccl"))
+    assert_usage_error(proc, "'hccl' for cpu is not available")

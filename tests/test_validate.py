@@ -262,3 +262,20 @@ def test_torchcompile_channels_last_same_numbers(custom_images: Path, custom_mod
     tuned = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--torchcompile",
                           "eager", "--channels-last"], tmp_path / "b.json")
     assert tuned["top1"] == plain["top1"] and tuned["loss"] == pytest.approx(plain["loss"], rel=1e-4)
+
+
+def test_preprocessing_and_model_flags(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    row = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--img-size", "48",
+                        "--crop-pct", "0.8", "--interpolation", "bicubic", "--crop-mode", "squash", "--mean", "0.5",
+                        "0.5", "0.5", "--std", "0.25", "0.25", "0.25", "--model-kwargs", "drop_rate=0.1",
+                        "--workers", "0", "--log-freq", "1", "--batch-size", "5"], tmp_path / "a.json")
+    assert (row["img_size"], row["crop_pct"], row["interpolation"], row["samples"]) == (48, 0.8, "bicubic", 12)
+    gray = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--in-chans", "1",
+                         "--input-size", "1", "40", "40"], tmp_path / "b.json")
+    assert gray["img_size"] == 40 and gray["samples"] == 12
+
+
+def test_torchvision_dataset_missing_suggests_download(tmp_path: Path, custom_model_dir: Path) -> None:
+    proc = run_script(["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model",
+                       str(custom_model_dir)])
+    assert_usage_error(proc, "--dataset torch/cifar10", "--dataset-download")

@@ -102,7 +102,7 @@ def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
 def preprocess_overrides(args: argparse.Namespace) -> dict:
     """The preprocessing flags in the form timm's resolve_data_config reads."""
     return {key: getattr(args, key, None) for key in
-            ("img_size", "input_size", "crop_pct", "crop_mode", "mean", "std", "interpolation")}
+            ("img_size", "input_size", "in_chans", "crop_pct", "crop_mode", "mean", "std", "interpolation")}
 
 
 def check_positive(value: int | None, flag: str) -> None:

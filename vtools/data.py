@@ -246,7 +246,22 @@ def torchvision_dataset(name: str, root: str, split: str, download: bool) -> Dat
 def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[str, Any]:
     """timm's data config for ``model`` with command-line overrides (img_size, crop_pct, mean...)."""
     args = {k: v for k, v in overrides.items() if v is not None}
-    return resolve_data_config(args=args, model=model)
+    config = resolve_data_config(args=args, model=model)
+    channels = args["input_size"][0] if "input_size" in args else args.get("in_chans", config["input_size"][0])
+    config["input_size"] = (channels, *config["input_size"][1:])
+    config["mean"] = _per_channel(config["mean"], channels)
+    config["std"] = _per_channel(config["std"], channels)
+    return config
+
+
+def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
+    """Normalization constants for ``channels`` inputs (a 3-channel mean averaged for grayscale)."""
+    values = tuple(values)
+    if len(values) == channels:
+        return values
+    if len(values) == 1:
+        return values * channels
+    return (sum(values) / len(values),) * channels
 
 
 def eval_transform(data_config: dict[str, Any]) -> Callable:

@@ -33,6 +33,16 @@ def build_dir() -> Path:
     return Path.home() / ".cache" / "vtools" / "emulated_npu" / torch.__version__
 
 
+def _put_ninja_on_path() -> None:
+    """pip installs the ninja executable beside this interpreter; that folder may not be on PATH
+    (pyenv shims, venvs used without activation), and cpp_extension needs ninja even to load."""
+    import shutil
+    import sys
+
+    if shutil.which("ninja") is None:
+        os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+
 def load_extension(verbose: bool = False) -> ModuleType:
     """Compile on first use, then return the (cached) extension module."""
     global _extension
@@ -47,6 +57,7 @@ def load_extension(verbose: bool = False) -> ModuleType:
         finally:
             cpp_logger.setLevel(old_level)
 
+        _put_ninja_on_path()
         directory = build_dir()
         directory.mkdir(parents=True, exist_ok=True)
         _extension = cpp_extension.load(
