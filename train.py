@@ -229,7 +229,7 @@ def build_components(args: argparse.Namespace, model: torch.nn.Module, loaders: 
         amp=amp, device=device, scaler=amp.grad_scaler(),
         scheduler=recipe.build_scheduler(optimizer, args, updates_per_epoch), mixup=mixup,
         ema=recipe.build_ema(model, args), clip_grad=args.clip_grad, clip_mode=args.clip_mode,
-        grad_accum_steps=args.grad_accum_steps, sched_on_updates=args.sched_on_updates)
+        grad_accum_steps=args.grad_accum_steps)
     return parts, lr
 
 
@@ -321,7 +321,8 @@ def summary_row(epoch: int, result: EpochResult, metrics: EvalResult, optimizer:
     return {"epoch": epoch, "train_loss": round(result.loss, 6), "eval_loss": round(metrics.loss, 6),
             "eval_top1": round(metrics.top1, 4), "eval_top5": round(metrics.top5, 4),
             "lr": optimizer.param_groups[0]["lr"], "img_per_sec": round(result.images_per_second, 2),
-            "epoch_seconds": round(result.seconds, 2), "skipped_updates": result.skipped_updates,
+            "epoch_seconds": round(result.seconds, 2), "data_wait": round(result.data_wait, 4),
+            "skipped_updates": result.skipped_updates,
             "eval_samples": metrics.count}
 
 

@@ -68,6 +68,7 @@ def test_short_run_learns(device_type: str, amp_dtype: str | None, fashion4: Pat
     assert float(rows[-1]["train_loss"]) < float(rows[0]["train_loss"])
     assert float(rows[-1]["eval_top1"]) > 50.0  # chance is 25 %
     assert all(int(r["eval_samples"]) == 60 for r in rows)
+    assert all(0.0 <= float(r["data_wait"]) < 1.0 for r in rows)
     assert ("GradScaler" in proc.stdout) == (amp_dtype == "float16")
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
 

@@ -279,3 +279,19 @@ def test_torchvision_dataset_missing_suggests_download(tmp_path: Path, custom_mo
     proc = run_script(["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model",
                        str(custom_model_dir)])
     assert_usage_error(proc, "--dataset torch/cifar10", "--dataset-download")
+
+
+def test_model_folder_weights_load_straight_onto_device(device: torch.device, custom_model_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    from vtools.models import create_model
+
+    model = create_model(str(custom_model_dir), pretrained=True, device=device)
+    saved = load_file(str(custom_model_dir / "model.safetensors"))
+    for key, value in model.state_dict().items():
+        assert value.device == device, key
+        assert torch.equal(value.cpu(), saved[key]), key
+    assert model.pretrained_cfg["label_names"] == ["cat", "dog", "fox"]
+    adapted = create_model(str(custom_model_dir), pretrained=True, num_classes=5, device=device)
+    assert adapted.num_classes == 5  # timm re-heads it; the backbone keeps the folder's weights
+    assert torch.equal(adapted.state_dict()["conv1.0.weight"].cpu(), saved["conv1.0.weight"])

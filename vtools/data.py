@@ -309,10 +309,6 @@ class DeviceLoader:
         return len(self.loader)
 
     @property
-    def sampler(self) -> Any:
-        return self.loader.sampler
-
-    @property
     def dataset(self) -> Dataset:
         return self.loader.dataset
 

@@ -377,9 +377,9 @@ def backend_versions() -> dict[str, str]:
     """Versions of device backends that are loaded (torch_npu, CANN, CUDA, ...)."""
     versions: dict[str, str] = {}
     if torch.version.cuda:
-        versions["cuda"] = torch.version.cuda
+        versions["torch_built_for_cuda"] = torch.version.cuda
     if getattr(torch.version, "hip", None):
-        versions["hip"] = torch.version.hip
+        versions["torch_built_for_hip"] = torch.version.hip
     for kind in DEVICE_KINDS.values():
         module = kind.package and sys.modules.get(kind.package)
         if module is not None:

@@ -22,7 +22,6 @@ from vtools.device import dist_backend
 class DistInfo:
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -45,7 +44,7 @@ def init_distributed(device: torch.device, backend: str | None = None) -> DistIn
         name = dist_backend(device, backend)
         kwargs = {"device_id": device} if device.type != "cpu" and name != "gloo" else {}
         dist.init_process_group(backend=name, **kwargs)
-    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return DistInfo(dist.get_rank(), dist.get_world_size())
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
@@ -54,11 +53,6 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.clone()
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
-
-
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
 
 
 def shutdown() -> None:

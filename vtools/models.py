@@ -35,12 +35,6 @@ def normalize_model_name(name: str) -> str:
     return name
 
 
-def is_model_folder(name: str) -> bool:
-    """Whether ``name`` refers to weights that come with the name (folder or hub)."""
-    normalized = normalize_model_name(name)
-    return normalized.startswith(("local-dir:", "hf-hub:"))
-
-
 def create_model(name: str, *, pretrained: bool = False, num_classes: int | None = None,
                  in_chans: int | None = None, model_kwargs: Mapping[str, Any] | None = None,
                  checkpoint: str | None = None, use_ema: bool = False,
@@ -49,10 +43,43 @@ def create_model(name: str, *, pretrained: bool = False, num_classes: int | None
     normalized = normalize_model_name(name)
     kwargs = {k: v for k, v in {"num_classes": num_classes, "in_chans": in_chans, **(model_kwargs or {}),
                                 **extra}.items() if v is not None}
-    if normalized.startswith("local-dir:"):
-        _check_model_folder(Path(normalized.split(":", 1)[1]))
+    folder = Path(normalized.split(":", 1)[1]) if normalized.startswith("local-dir:") else None
+    if folder is not None:
+        _check_model_folder(folder)
+        if pretrained and (model := _from_folder_on_device(normalized, folder, kwargs, device)) is not None:
+            if checkpoint:
+                load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
+            return model
+    model = _timm_create(name, normalized, pretrained, kwargs)
+    model.to(device)
+    if checkpoint:
+        load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
+    return model
+
+
+def _from_folder_on_device(normalized: str, folder: Path, kwargs: dict[str, Any],
+                           device: torch.device | str) -> torch.nn.Module | None:
+    """A model folder's safetensors read straight onto ``device``; None when timm must adapt the weights
+    (another class count or channel count), which its own pretrained loader does on the host."""
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return None
+    model = _timm_create(normalized, normalized, False, kwargs).to(device)
     try:
-        model = timm.create_model(normalized, pretrained=pretrained, **kwargs)
+        state = load_file(str(weights), device=str(device))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UsageError(f"model folder {folder}: model.safetensors is not readable ({err})") from err
+    expected = model.state_dict()
+    if state.keys() != expected.keys() or any(state[k].shape != v.shape for k, v in expected.items()):
+        return None
+    model.load_state_dict(state)
+    return model
+
+
+def _timm_create(name: str, normalized: str, pretrained: bool, kwargs: dict[str, Any]) -> torch.nn.Module:
+    """timm.create_model with its failures turned into one-line errors."""
+    try:
+        return timm.create_model(normalized, pretrained=pretrained, **kwargs)
     except (RuntimeError, ValueError) as err:
         if str(err).startswith("Unknown model"):
             raise UsageError(_unknown_model_message(name)) from err
@@ -67,10 +94,6 @@ def create_model(name: str, *, pretrained: bool = False, num_classes: int | None
         if type(err).__name__ in _OFFLINE_ERRORS:
             raise UsageError(_download_message(name, err)) from err
         raise
-    model.to(device)
-    if checkpoint:
-        load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
-    return model
 
 
 def _check_model_folder(folder: Path) -> None:

@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -67,7 +67,6 @@ class TrainComponents:
     clip_grad: float | None = None
     clip_mode: str = "norm"
     grad_accum_steps: int = 1
-    sched_on_updates: bool = False
 
 
 @dataclass
@@ -80,11 +79,15 @@ class EpochResult:
     skipped_updates: int
     interrupted: bool = False
     completed_steps: int = 0
-    history: list[float] = field(default_factory=list)
 
     @property
     def images_per_second(self) -> float:
         return self.samples / self.seconds if self.seconds else 0.0
+
+    @property
+    def data_wait(self) -> float:
+        """Fraction of the epoch spent waiting for the next batch."""
+        return self.data_seconds / self.seconds if self.seconds else 0.0
 
 
 def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int) -> None:
