@@ -248,6 +248,8 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
     out_dir = run_folder(args)
     resume_path = find_resume_path(args.resume, out_dir)
     resume_state = load_training_state(resume_path) if resume_path else None
+    if args.resume == "auto" and resume_path is None:
+        say(f"--resume auto: no checkpoint in {out_dir} yet, starting from scratch")
     if dist_info.is_main:
         check_writable(out_dir / "summary.csv", "--output")
     dev.seed_everything(args.seed + dist_info.rank)

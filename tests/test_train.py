@@ -250,3 +250,9 @@ def test_more_recipe_flags(fashion4: Path, tmp_path: Path) -> None:
 def test_unavailable_dist_backend(fashion4: Path, tmp_path: Path) -> None:
     proc = run_script(train_args(fashion4, tmp_path, "d", "--device", "cpu", "--dist-backend", "hccl"))
     assert_usage_error(proc, "'hccl' for cpu is not available")
+
+
+def test_resume_auto_without_checkpoint_starts_fresh(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "fresh", "--device", "cpu", "--epochs", "1", "--resume", "auto"))
+    assert proc.returncode == 0, proc.stderr
+    assert "no checkpoint" in proc.stdout and len(summary(tmp_path / "fresh")) == 1
