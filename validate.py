@@ -86,7 +86,7 @@ def expand_checkpoints(spec: str) -> list[str]:
 
 
 def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
-                      skipped: list[str]) -> vdata.DeviceLoader:
+                      channels_last: bool, skipped: list[str]) -> vdata.DeviceLoader:
     """The validation set for this model, as normalized batches on the device."""
     transform = vdata.eval_transform(data_config)
     mode = vdata.image_mode(data_config)
@@ -106,8 +106,7 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
                              "outputs; pass --class-map or a model trained on these classes")
         dataset = vdata.ImageFiles(paths, labels, transform, mode)
     return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
-                                    use_channels_last(args.channels_last, model, runtime.device),
-                                    vdata.bad_image_handler(args.on_bad_image, skipped))
+                                    channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
 
 
 def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
@@ -118,8 +117,8 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
                          device=runtime.device)
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     skipped: list[str] = []
-    loader = build_eval_loader(args, model, data_config, runtime, skipped)
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    loader = build_eval_loader(args, model, data_config, runtime, channels_last, skipped)
     model = prepare_for_eval(model, channels_last, args.torchcompile)
     result = evaluate(model, loader, runtime.device, runtime.amp, desc=Path(model_name).name,
                       log=print, log_freq=args.log_freq)

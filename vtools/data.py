@@ -95,7 +95,6 @@ class TorchvisionImages(Dataset):
         self.dataset = dataset
         self.transform = transform
         self.mode = mode
-        self.classes = list(getattr(dataset, "classes", []))
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -274,11 +273,12 @@ def image_mode(data_config: dict[str, Any]) -> str:
 
 
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None = None,
-                shuffle: bool = False, sampler: Sampler | None = None, drop_last: bool = False,
+                sampler: Sampler | None = None, drop_last: bool = False,
                 persistent: bool = True) -> DataLoader:
-    """A DataLoader with device-aware pinning and persistent workers."""
+    """A DataLoader with device-aware pinning and persistent workers; order comes from ``sampler``
+    (training passes a seeded one), else the dataset's own order."""
     workers = default_workers() if workers is None else workers
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
                       num_workers=workers, collate_fn=collate, pin_memory=dev.pin_memory(device),
                       drop_last=drop_last, persistent_workers=persistent and workers > 0,
                       prefetch_factor=4 if workers > 0 else None)
