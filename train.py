@@ -12,7 +12,6 @@ Options come from the defaults, then the YAML file (-c), then the command line.
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,15 +23,16 @@ from timm.layers import convert_sync_batchnorm
 from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
-from vtools.checkpoint import BEST, CheckpointManager, find_resume_path, load_training_state, native_rng, portable_rng
+from vtools.checkpoint import BEST, CheckpointManager, load_training_state
 from vtools.cli import (add_data_source_args, add_device_args, add_model_args, add_preprocess_args, check_positive,
                         preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
-from vtools.distributed import DistInfo, ShardSampler, init_distributed, shutdown
+from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed, shutdown
 from vtools.engine import EvalResult, evaluate
 from vtools.errors import UsageError, run_cli
-from vtools.files import atomic_write, atomic_write_text, check_writable, write_rows
+from vtools.files import atomic_write_text, check_writable, write_rows
 from vtools.models import create_model, export_model_folder, read_state_dict, unwrap, use_channels_last
+from vtools.resume import Position, carry_best_checkpoint, choose_run_folder, read_summary, restore, training_state
 from vtools.sampling import EpochSampler, SeededSamples
 from vtools.training import EpochResult, StopRequest, TrainComponents, train_one_epoch
 
@@ -96,6 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="epochs at --min-lr after the schedule (default: 0)")
     group.add_argument("--patience-epochs", type=int, default=10,
                        help="plateau schedule patience (default: 10)")
+    group.add_argument("--lr-noise", type=float, nargs="+", default=None, metavar="FRACTION",
+                       help="add lr noise from (and until) these fractions of the schedule")
+    group.add_argument("--lr-noise-pct", type=float, default=0.67, help="lr noise limit (default: 0.67)")
+    group.add_argument("--lr-noise-std", type=float, default=1.0, help="lr noise std-dev (default: 1)")
+    group.add_argument("--lr-cycle-mul", type=float, default=1.0,
+                       help="cycle length multiplier of cosine/tanh/poly (default: 1)")
+    group.add_argument("--lr-cycle-decay", type=float, default=0.5,
+                       help="lr multiplier per cycle (default: 0.5)")
+    group.add_argument("--lr-cycle-limit", type=int, default=1, help="number of cycles (default: 1)")
+    group.add_argument("--lr-k-decay", type=float, default=1.0, help="k-decay of cosine/poly (default: 1)")
     group = parser.add_argument_group("augmentation and regularization")
     group.add_argument("--no-aug", action="store_true", default=False, help="no training augmentation")
     group.add_argument("--scale", type=float, nargs=2, default=[0.08, 1.0], help="random resized crop scale")
@@ -137,10 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ramp the EMA decay up over the first updates")
     group = parser.add_argument_group("run")
     group.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
-    group.add_argument("--log-interval", type=int, default=50, help="batches between loss checks and bar updates")
+    group.add_argument("--log-interval", type=int, default=50,
+                       help="batches between loss checks and bar updates; under torchrun also the updates "
+                            "between the ranks' checks for a stop signal (default: 50)")
+    group.add_argument("--val-interval", type=int, default=1, metavar="N",
+                       help="validate and keep numbered checkpoints every N epochs and after the last "
+                            "(default: 1)")
     group.add_argument("--output", default="runs", metavar="DIR", help="parent folder of run folders")
     group.add_argument("--experiment", default="", help="run folder name (default: <model>-<timestamp>)")
-    group.add_argument("--resume", default="", metavar="PATH", help="checkpoint to resume, or 'auto' (last in output)")
+    group.add_argument("--resume", default="", metavar="PATH",
+                       help="checkpoint to resume, or auto: the last checkpoint of --experiment, or without "
+                            "one of the newest <model>-<timestamp> run in --output")
     group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
     group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
     group.add_argument("--eval-metric", default="top1", choices=("top1", "top5", "loss"),
@@ -152,16 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for flag in ("batch_size", "epochs", "grad_accum_steps", "log_interval"):
+    for flag in ("batch_size", "epochs", "grad_accum_steps", "log_interval", "val_interval"):
         check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if recipe.mixup_enabled(args) and args.batch_size % 2:
+        raise UsageError(f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, "
+                         f"got {args.batch_size}")
     args.data_dir = args.data or args.data_dir  # one spelling in the saved config
     if not args.data_dir and not args.dataset:
         raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")
-
-
-def run_folder(args: argparse.Namespace) -> Path:
-    name = args.experiment or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(args.output) / name
 
 
 def build_datasets(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
@@ -220,28 +235,30 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     mode = vdata.image_mode(data_config)
     train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
-                              args.seed)
+                              args.seed, replace_bad=args.on_bad_image == "skip")
     val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
     channels_last = use_channels_last(args.channels_last, model, device)
     sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
     if len(sampler.order) < args.batch_size:
         raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
                          "per process")
-    on_bad = vdata.bad_image_handler(args.on_bad_image, [])
     train_loader = vdata.DeviceLoader(
         vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
         device, data_config["mean"], data_config["std"], channels_last=channels_last,
-        batch_transform=recipe.build_random_erasing(args, device), on_bad=on_bad)
+        batch_transform=recipe.build_random_erasing(args, device),
+        on_bad=vdata.bad_image_handler(args.on_bad_image, [], keep_batches_full=True))
     train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
     val_loader = vdata.eval_device_loader(
         val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
-        on_bad, sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
+        vdata.bad_image_handler(args.on_bad_image, []),
+        sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
 
 
 def build_components(args: argparse.Namespace, model: torch.nn.Module, loaders: Loaders, num_classes: int,
-                     device: torch.device, amp: Any, dist_info: DistInfo) -> tuple[TrainComponents, float]:
-    """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run."""
+                     device: torch.device, amp: Any, dist_info: DistInfo) -> tuple[TrainComponents, float, int]:
+    """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
+    rate, and the number of epochs to train (timm's: warmup prefix and cool-down included)."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
     if dist_info.enabled and args.sync_bn:
@@ -250,13 +267,13 @@ def build_components(args: argparse.Namespace, model: torch.nn.Module, loaders: 
     lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
     optimizer = recipe.build_optimizer(model, args, lr)
     mixup = recipe.build_mixup(args, num_classes)
+    scheduler, num_epochs = recipe.build_scheduler(optimizer, args, updates_per_epoch)
     parts = TrainComponents(
         model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
-        amp=amp, device=device, scaler=amp.grad_scaler(),
-        scheduler=recipe.build_scheduler(optimizer, args, updates_per_epoch), mixup=mixup,
+        amp=amp, device=device, scaler=amp.grad_scaler(), scheduler=scheduler, mixup=mixup,
         ema=recipe.build_ema(model, args), clip_grad=args.clip_grad, clip_mode=args.clip_mode,
         grad_accum_steps=args.grad_accum_steps)
-    return parts, lr
+    return parts, lr, num_epochs
 
 
 def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: torch.device,
@@ -271,11 +288,11 @@ def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: tor
 
 def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: DistInfo) -> int:
     say = print if dist_info.is_main else (lambda *a, **k: None)
-    out_dir = run_folder(args)
-    resume_path = find_resume_path(args.resume, out_dir)
-    resume_state = load_training_state(resume_path) if resume_path else None
-    if args.resume == "auto" and resume_path is None:
-        say(f"--resume auto: no checkpoint in {out_dir} yet, starting from scratch")
+    run = choose_run_folder(args, dist_info)
+    out_dir = run.path
+    resume_state = load_training_state(run.resume) if run.resume else None
+    if run.note:
+        say(run.note)
     if dist_info.is_main:
         check_writable(out_dir / "summary.csv", "--output")
     dev.seed_everything(args.seed + dist_info.rank)
@@ -286,47 +303,57 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
                          model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
                          checkpoint=args.initial_checkpoint or None, device=device)
     loaders = build_loaders(args, model, train_source, val_source, device, dist_info)
-    parts, lr = build_components(args, model, loaders, num_classes, device, amp, dist_info)
+    parts, lr, num_epochs = build_components(args, model, loaders, num_classes, device, amp, dist_info)
     manager = CheckpointManager(out_dir, keep=args.checkpoint_hist, higher_is_better=args.eval_metric != "loss")
-    start_epoch, start_step, num_updates = 0, 0, 0
+    position = Position()
     if resume_state is not None:
-        start_epoch, start_step, num_updates = restore(resume_state, parts, manager, device)
-        say(f"resumed from {resume_path} at epoch {start_epoch}, step {start_step}")
+        position, note = restore(resume_state, parts, manager, device, dist_info, args.seed)
+        say(f"resumed from {run.resume} at epoch {position.epoch}, step {position.step}{note}")
     wrap_for_speed(parts, args, device, dist_info)
     if dist_info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        carry_best_checkpoint(resume_path, out_dir)
+        carry_best_checkpoint(run.resume, out_dir)
         atomic_write_text(out_dir / "config.yaml", dump_config(args, out_dir / "config.yaml"))
     say(f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
         f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
-        f"{num_classes} classes, lr {lr:.4g}, {dist_info.world_size} process(es) -> {out_dir}")
+        f"{num_classes} classes, lr {lr:.4g}, {num_epochs} epochs, {dist_info.world_size} process(es) -> {out_dir}")
 
-    summary_rows = read_summary(out_dir, start_epoch) if resume_state is not None else []
-    with StopRequest() as stop:
-        for epoch in range(start_epoch, args.epochs):
+    summary_rows = read_summary(out_dir, position.epoch) if resume_state is not None else []
+    num_updates = position.num_updates
+    with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop:
+        for epoch in range(position.epoch, num_epochs):
             if parts.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
                 parts.mixup = None
-            first_step = start_step if epoch == start_epoch else 0
+            resuming = epoch == position.epoch
+            first_step = position.step if resuming else 0
             loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
-            result, num_updates = train_one_epoch(parts, loaders.train, epoch, num_updates, args.log_interval,
-                                                  stop, show_progress=dist_info.is_main, start_step=first_step)
+            result, num_updates = train_one_epoch(
+                parts, loaders.train, epoch, num_updates, args.log_interval, stop, show_progress=dist_info.is_main,
+                start_step=first_step, carried=position.carried if resuming else (0.0, 0))
             if result.interrupted:
+                where = Position(epoch, result.completed_steps, num_updates)
+                state = training_state(args, parts, where, classes, device, dist_info, result)
                 if dist_info.is_main:
-                    state = training_state(args, parts, epoch, result.completed_steps, num_updates, classes, device)
-                    path = manager.save_interrupted(state)
+                    with stop.shielded():
+                        path = manager.save_interrupted(state)
                     say(f"{stop.signal_name}: saved a resumable checkpoint at epoch {epoch} step "
                         f"{result.completed_steps} to {path}; continue with --resume {path}")
+                barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
                 return 130 if stop.signal_name == "SIGINT" else 143
+            metrics = None
+            if (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs:
+                metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp,
+                                   desc=f"validate {epoch}", show_progress=dist_info.is_main)
+            lr_used = recipe.mean_lr(parts.optimizer)  # before the step: the rate this epoch trained with
+            metric = getattr(metrics, args.eval_metric) if metrics is not None else None
             if parts.scheduler is not None:
-                parts.scheduler.step(epoch + 1)
-            metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp, desc=f"validate {epoch}",
-                               show_progress=dist_info.is_main)
-            summary_rows.append(summary_row(epoch, result, metrics, parts.optimizer))
+                parts.scheduler.step(epoch + 1, metric)  # as timm: after validation, fed its metric
+            state = training_state(args, parts, Position(epoch + 1, 0, num_updates), classes, device, dist_info)
+            summary_rows.append(summary_row(epoch, result, metrics, lr_used))
             if dist_info.is_main:
-                state = training_state(args, parts, epoch + 1, 0, num_updates, classes, device)
-                metric = {"top1": metrics.top1, "top5": metrics.top5, "loss": metrics.loss}[args.eval_metric]
-                best = manager.save(state, epoch, metric)
-                write_rows(out_dir / "summary.csv", summary_rows, "csv")
+                with stop.shielded():
+                    best = manager.save(state, epoch, metric)
+                    write_rows(out_dir / "summary.csv", summary_rows, "csv")
                 say(epoch_line(epoch, result, metrics, best))
     if dist_info.is_main:
         exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
@@ -343,80 +370,31 @@ def eval_model(parts: TrainComponents, dist_info: DistInfo) -> torch.nn.Module:
     return unwrap(parts.model) if dist_info.enabled else parts.model
 
 
-def summary_row(epoch: int, result: EpochResult, metrics: EvalResult, optimizer: torch.optim.Optimizer
-                ) -> dict[str, Any]:
-    """One row of summary.csv."""
-    return {"epoch": epoch, "train_loss": round(result.loss, 6), "eval_loss": round(metrics.loss, 6),
-            "eval_top1": round(metrics.top1, 4), "eval_top5": round(metrics.top5, 4),
-            "lr": optimizer.param_groups[0]["lr"], "img_per_sec": round(result.images_per_second, 2),
+def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:
+    """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips."""
+    evaluated = metrics is not None
+    return {"epoch": epoch, "train_loss": round(result.loss, 6),
+            "eval_loss": round(metrics.loss, 6) if evaluated else "",
+            "eval_top1": round(metrics.top1, 4) if evaluated else "",
+            "eval_top5": round(metrics.top5, 4) if evaluated else "",
+            "lr": lr, "img_per_sec": round(result.images_per_second, 2),
             "epoch_seconds": round(result.seconds, 2), "data_wait": round(result.data_wait, 4),
             "skipped_updates": result.skipped_updates,
-            "eval_samples": metrics.count}
+            "eval_samples": metrics.count if evaluated else ""}
 
 
-def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult, best: bool) -> str:
-    line = (f"epoch {epoch}: train_loss {result.loss:.4f}  eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  "
-            f"top5 {metrics.top5:.2f}  {result.images_per_second:.1f} img/s")
+def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult | None, best: bool) -> str:
+    line = f"epoch {epoch}: train_loss {result.loss:.4f}  "
+    if metrics is not None:
+        line += f"eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  "
+    else:
+        line += "(not validated: --val-interval)  "
+    line += f"{result.images_per_second:.1f} img/s"
     if best:
         line += "  (best)"
     if result.skipped_updates:
         line += f"  {result.skipped_updates} updates skipped by the GradScaler"
     return line
-
-
-def training_state(args: argparse.Namespace, parts: TrainComponents, epoch: int, step: int, num_updates: int,
-                   classes: list[str], device: torch.device) -> dict[str, Any]:
-    """Everything --resume needs; ``epoch``/``step`` is where training continues."""
-    model = unwrap(parts.model)
-    state = {
-        "arch": args.model, "epoch": epoch, "step_in_epoch": step, "num_updates": num_updates,
-        "state_dict": model.state_dict(), "optimizer": parts.optimizer.state_dict(),
-        "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
-        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
-        "rng": portable_rng(dev.rng_state(device)), "class_names": classes,
-        "args": {k: v for k, v in vars(args).items()}, "version": 1,
-    }
-    if parts.ema is not None:
-        state["state_dict_ema"] = parts.ema.module.state_dict()
-    return state
-
-
-def restore(state: dict[str, Any], parts: TrainComponents, manager: CheckpointManager,
-            device: torch.device) -> tuple[int, int, int]:
-    """Load a training checkpoint into the components; returns (epoch, step, updates) to continue from."""
-    from vtools.models import check_state_dict_fits
-
-    check_state_dict_fits(parts.model, state["state_dict"], "--resume")
-    parts.model.load_state_dict(state["state_dict"])
-    parts.optimizer.load_state_dict(state["optimizer"])
-    if parts.scheduler is not None and state.get("scheduler") is not None:
-        parts.scheduler.load_state_dict(state["scheduler"])
-    if parts.scaler is not None and state.get("scaler") is not None:
-        parts.scaler.load_state_dict(state["scaler"])
-    if parts.ema is not None and "state_dict_ema" in state:
-        parts.ema.module.load_state_dict(state["state_dict_ema"])
-    manager.best_metric, manager.best_epoch = state.get("best_metric"), state.get("best_epoch")
-    dev.set_rng_state(device, native_rng(state["rng"]))
-    return int(state["epoch"]), int(state.get("step_in_epoch", 0)), int(state.get("num_updates", 0))
-
-
-def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
-    """Resuming into a new folder: bring the run's best checkpoint along, since the best metric comes too."""
-    if resume_path is None or (out_dir / BEST).exists() or not (resume_path.parent / BEST).is_file():
-        return
-    payload = (resume_path.parent / BEST).read_bytes()
-    atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
-
-
-def read_summary(out_dir: Path, before_epoch: int) -> list[dict[str, Any]]:
-    """Rows of an earlier run's summary.csv for the epochs a resumed run keeps."""
-    import csv
-
-    path = out_dir / "summary.csv"
-    if not path.is_file():
-        return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
 
 
 def export_best(args: argparse.Namespace, out_dir: Path, num_classes: int, classes: list[str],

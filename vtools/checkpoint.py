@@ -62,16 +62,6 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def find_resume_path(spec: str, output_dir: Path) -> Path | None:
-    """``--resume auto`` means the output folder's last checkpoint, if there is one."""
-    if not spec:
-        return None
-    if spec == "auto":
-        candidate = output_dir / LAST
-        return candidate if candidate.is_file() else None
-    return Path(spec)
-
-
 @dataclass
 class CheckpointManager:
     """Keeps last, best and the newest ``keep`` numbered checkpoints in ``folder``."""

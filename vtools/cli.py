@@ -9,7 +9,7 @@ import torch
 from timm.utils import ParseKwargs
 
 from vtools.amp import AMP_DTYPES, AmpPolicy, resolve_amp
-from vtools.device import resolve_device
+from vtools.device import apply_tuning, resolve_device
 from vtools.errors import UsageError
 
 
@@ -38,8 +38,10 @@ class Runtime:
 
 
 def setup_runtime(args: argparse.Namespace) -> Runtime:
-    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`."""
+    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, and apply the
+    device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does)."""
     device = resolve_device(args.device, args.device_modules)
+    apply_tuning(device)
     return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype))
 
 

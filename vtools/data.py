@@ -44,10 +44,15 @@ _TORCH_DATASETS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class BadSample:
-    """An image that could not be decoded, carried to the main process instead of an exception."""
+    """An image that could not be decoded, carried to the main process instead of an exception.
+
+    ``replaced`` marks one that training swapped for another readable image, so
+    that batches keep the size the recipe assumes.
+    """
 
     path: str
     reason: str
+    replaced: bool = False
 
 
 def default_workers() -> int:
@@ -120,10 +125,12 @@ class Batch:
         return Batch(self.images.pin_memory(), self.targets.pin_memory(), self.indices, self.bad)
 
 
-def collate(items: list[tuple[Any, int, int]]) -> Batch:
-    """Stack decoded samples; set bad ones aside."""
+def collate(items: list[tuple[Any, ...]]) -> Batch:
+    """Stack decoded samples; set bad ones aside. An item may carry a fourth element: the bad
+    images it replaces."""
     good = [item for item in items if not isinstance(item[0], BadSample)]
     bad = [item[0] for item in items if isinstance(item[0], BadSample)]
+    bad += [record for item in items if len(item) > 3 for record in item[3]]
     if good:
         images = torch.stack([torch.as_tensor(item[0]) for item in good])
     else:
@@ -367,17 +374,28 @@ def eval_class_map(classes: Sequence[str], class_map_file: str | None, num_class
     return imagenet_class_map(classes, num_classes)
 
 
-def bad_image_handler(policy: str, skipped: list[str]) -> Callable[[list[BadSample]], None]:
-    """--on-bad-image: stop naming the file (error), or warn and record it in ``skipped`` (skip)."""
+def bad_image_handler(policy: str, skipped: list[str],
+                      keep_batches_full: bool = False) -> Callable[[list[BadSample]], None]:
+    """--on-bad-image: stop naming the file (error), or warn once per file and record it in ``skipped``
+    (skip). With ``keep_batches_full`` (training), a bad image that nothing could replace stops the run
+    instead: a shorter or empty batch must never reach the model."""
     if policy not in ON_BAD_IMAGE:
         raise UsageError(f"--on-bad-image {policy!r}: choose error or skip")
+    seen: set[str] = set()
 
     def handle(samples: list[BadSample]) -> None:
         for sample in samples:
             if policy == "error":
                 raise UsageError(f"cannot read image {sample.path} ({sample.reason}); "
                                  "use --on-bad-image skip to skip unreadable images")
-            print(f"warning: skipped unreadable image {sample.path} ({sample.reason})", file=sys.stderr)
+            if keep_batches_full and not sample.replaced:
+                raise UsageError(f"cannot read image {sample.path} ({sample.reason}), and no readable training "
+                                 "image is left to take its place")
+            if sample.path in seen:
+                continue
+            seen.add(sample.path)
+            instead = "; training uses another image in its place" if sample.replaced else ""
+            print(f"warning: skipped unreadable image {sample.path} ({sample.reason}){instead}", file=sys.stderr)
             skipped.append(sample.path)
 
     return handle

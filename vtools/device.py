@@ -37,6 +37,8 @@ class DeviceKind:
     pinned_host_memory: bool = False  # host->device copies benefit from pinned memory
     channels_last: bool = False  # convolutions run faster in NHWC on this device
     install_hint: str = ""
+    # speed settings applied when this device type is selected: (attribute path under torch, value)
+    tuning: tuple[tuple[str, Any], ...] = ()
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
@@ -44,7 +46,9 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
     for kind in (
         DeviceKind("cpu", dist_backend="gloo", channels_last=True),
         DeviceKind("cuda", dist_backend="nccl", visible_env="CUDA_VISIBLE_DEVICES", pinned_host_memory=True,
-                   channels_last=True, install_hint="install a CUDA (or ROCm) build of torch"),
+                   channels_last=True, install_hint="install a CUDA (or ROCm) build of torch",
+                   # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
+                   tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True))),
         DeviceKind("npu", package="torch_npu", dist_backend="hccl", visible_env="ASCEND_RT_VISIBLE_DEVICES",
                    pinned_host_memory=True,
                    install_hint="install Ascend CANN and the torch_npu release built for this torch "
@@ -196,6 +200,19 @@ def resolve_device(spec: str = "auto", device_modules: Iterable[str] = ()) -> to
     device = torch.device(device_type, index)
     set_current_device(device)
     return device
+
+
+def apply_tuning(device: torch.device) -> dict[str, Any]:
+    """Turn on the device type's speed settings from :data:`DEVICE_KINDS`; returns what was set."""
+    applied: dict[str, Any] = {}
+    for path, value in kind_of(device.type).tuning:
+        *parents, name = path.split(".")
+        owner: Any = torch
+        for part in parents:
+            owner = getattr(owner, part)
+        setattr(owner, name, value)
+        applied[f"torch.{path}"] = value
+    return applied
 
 
 def device_module(device: torch.device) -> ModuleType | None:

@@ -46,6 +46,7 @@ def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> 
     report["amp_policy"] = resolve_amp(target, amp=True).dtype_name
     report["grad_scaler"] = resolve_amp(target, amp=True).needs_grad_scaler
     report["dist_backend"] = _dist_backend_or_reason(target)
+    report["tuning"] = dev.apply_tuning(target) or "none"
     report["environment"] = {name: os.environ.get(name, "unset") for name in ENV_VARS}
     return report
 
@@ -66,8 +67,8 @@ def format_report(report: dict[str, Any]) -> str:
             for info in value:
                 extras = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("device", "name"))
                 lines.append(f"  {info['device']}: {info['name']}" + (f" ({extras})" if extras else ""))
-        elif key == "environment":
-            lines.append("environment:")
+        elif isinstance(value, dict):
+            lines.append(f"{key}:")
             lines.extend(f"  {name}={val}" for name, val in value.items())
         else:
             lines.append(f"{key}: {value}")

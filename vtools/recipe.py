@@ -17,6 +17,8 @@ from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import ModelEmaV3
 
+from vtools.errors import UsageError
+
 
 def scaled_lr(args: argparse.Namespace, global_batch_size: int) -> float:
     """--lr, or --lr-base scaled by global batch size / --lr-base-size (sqrt for adaptive optimizers)."""
@@ -33,15 +35,30 @@ def build_optimizer(model: torch.nn.Module, args: argparse.Namespace, lr: float)
     return create_optimizer_v2(model, **kwargs)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, updates_per_epoch: int) -> Any:
-    """timm's scheduler, stepped per epoch or per update (--sched-on-updates)."""
-    scheduler, _ = create_scheduler_v2(optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch)
-    return scheduler
+def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace,
+                    updates_per_epoch: int) -> tuple[Any, int]:
+    """timm's scheduler (stepped per epoch, or per update with --sched-on-updates) and the number of
+    epochs to train, which is timm's: warmup prefix, cycles and cool-down included."""
+    try:
+        return create_scheduler_v2(optimizer, **scheduler_kwargs(args, decreasing_metric=args.eval_metric == "loss"),
+                                   updates_per_epoch=updates_per_epoch)
+    except ValueError as err:  # an unknown name, or a schedule that does not fit the epochs
+        raise UsageError(f"--sched {args.sched}: {err}") from err
+
+
+def mean_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The learning rate timm's train.py logs: the mean over parameter groups (layer decay scales them)."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    return sum(rates) / len(rates)
+
+
+def mixup_enabled(args: argparse.Namespace) -> bool:
+    return args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
 
 
 def build_mixup(args: argparse.Namespace, num_classes: int) -> Mixup | None:
     """Mixup/CutMix on device batches, or None when both are off."""
-    if not (args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None):
+    if not mixup_enabled(args):
         return None
     return Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
                  prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,

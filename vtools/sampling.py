@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+from vtools.data import BadSample
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
@@ -26,11 +29,20 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class SeededSamples(Dataset):
-    """Wraps a dataset whose items are fetched as ``(epoch, index)`` and seeded from them."""
+    """Wraps a dataset whose items are fetched as ``(epoch, index)`` and seeded from them.
 
-    def __init__(self, dataset: Dataset, seed: int) -> None:
+    With ``replace_bad``, an unreadable image (a :class:`~vtools.data.BadSample`)
+    is replaced by the next readable one in index order, and the item carries the
+    bad ones as a fourth element. Batches then keep their size, which BatchNorm
+    and mixup rely on, and the replacement is the same on every run, so exact
+    resume still holds. Only when no image at all is readable does the bad one
+    come through unreplaced.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, replace_bad: bool = False) -> None:
         self.dataset = dataset
         self.seed = seed
+        self.replace_bad = replace_bad
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -41,7 +53,23 @@ class SeededSamples(Dataset):
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.default_generator.manual_seed(seed)  # cpu only: workers must not touch the device
-        return self.dataset[index]
+        item = self.dataset[index]
+        if not self.replace_bad or not _is_bad(item[0]):
+            return item
+        return self._replacement(index, item)
+
+    def _replacement(self, index: int, item: tuple[Any, ...]) -> tuple[Any, ...]:
+        bad = [item[0]]
+        for offset in range(1, len(self.dataset)):
+            candidate = self.dataset[(index + offset) % len(self.dataset)]
+            if not _is_bad(candidate[0]):
+                return (*candidate[:3], [replace(record, replaced=True) for record in bad[:8]])
+            bad.append(candidate[0])
+        return item
+
+
+def _is_bad(image: Any) -> bool:
+    return isinstance(image, BadSample)
 
 
 class EpochSampler(Sampler[tuple[int, int]]):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -19,18 +19,27 @@ import torch
 from timm.utils import dispatch_clip_grad
 
 from vtools.amp import AmpPolicy
-from vtools.distributed import all_reduce_sum
+from vtools.distributed import all_reduce_sum, any_rank
 from vtools.errors import UsageError
 from vtools.models import unwrap
 from vtools.progress import progress
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between updates, so it can checkpoint first."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks between updates, so it can checkpoint first.
 
-    def __init__(self) -> None:
+    Under torchrun the ranks may see a signal at different moments (or only one
+    rank may get it), so they decide together: every ``check_every`` updates one
+    all-reduce tells every rank whether any rank was asked to stop, and all of
+    them stop after the same update. A single process stops at the next update.
+    """
+
+    def __init__(self, device: torch.device | None = None, check_every: int = 1) -> None:
         self.signal_name: str | None = None
+        self.device = device or torch.device("cpu")
+        self.check_every = max(1, check_every)
         self._previous: dict[int, Any] = {}
+        self._shielded = False
 
     def __enter__(self) -> "StopRequest":
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -42,13 +51,31 @@ class StopRequest:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal_name is not None:  # a second signal: stop now
+        if self.signal_name is not None and not self._shielded:  # a second signal: stop now
             raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = self.signal_name or signal.Signals(signum).name
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """While a checkpoint is written, further signals only note themselves: the save finishes."""
+        self._shielded = True
+        try:
+            yield
+        finally:
+            self._shielded = False
 
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
+
+    def agreed(self, num_updates: int) -> bool:
+        """Whether every rank stops after update ``num_updates`` (always False between check points)."""
+        if num_updates % self.check_every:
+            return False
+        stop = any_rank(self.requested, self.device)
+        if stop and self.signal_name is None:
+            self.signal_name = "SIGTERM"  # another rank's signal: leave as it would
+        return stop
 
 
 @dataclass
@@ -79,6 +106,8 @@ class EpochResult:
     skipped_updates: int
     interrupted: bool = False
     completed_steps: int = 0
+    local_loss_sum: float = 0.0  # this rank's share of the epoch so far, carried over a mid-epoch resume
+    local_samples: int = 0
 
     @property
     def images_per_second(self) -> float:
@@ -100,15 +129,27 @@ def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int
                          f"epoch {epoch} step {step}; lower --lr, add --clip-grad, or use --amp-dtype bfloat16")
 
 
+def accumulation_divisor(step: int, total_steps: int, accum: int) -> int:
+    """How many batches the update that ``step`` belongs to averages over: ``accum``, except in an
+    epoch's last, shorter group, which averages over its real size (as timm's train.py does)."""
+    last_group = total_steps % accum
+    return last_group if last_group and step >= total_steps - last_group else accum
+
+
 def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_updates: int,
                     log_interval: int = 50, stop: StopRequest | None = None, show_progress: bool = True,
-                    start_step: int = 0) -> tuple[EpochResult, int]:
-    """Train for one epoch (or until a stop is requested at an update boundary)."""
+                    start_step: int = 0, carried: tuple[float, int] = (0.0, 0)) -> tuple[EpochResult, int]:
+    """Train for one epoch (or until a stop is agreed at an update boundary).
+
+    ``start_step`` and ``carried`` (this rank's loss sum and sample count before
+    the interruption) continue an epoch that a checkpoint interrupted, so its
+    loss still covers the whole epoch.
+    """
     model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
     model.train()
     total_steps = start_step + len(loader)
     window = torch.zeros(max(1, log_interval), device=device)
-    loss_sum = torch.zeros((), device=device)
+    loss_sum = torch.full((), float(carried[0]), device=device)
     skipped = torch.zeros((), device=device, dtype=torch.int64)
     samples, filled, window_start, data_seconds = 0, 0, start_step, 0.0
     start = last_fetch = time.perf_counter()
@@ -125,7 +166,7 @@ def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_up
         with sync_context:
             with parts.amp.autocast():
                 loss = parts.loss_fn(model(images), targets)
-            scaled = loss / accum
+            scaled = loss / accumulation_divisor(step, total_steps, accum)
             (parts.scaler.scale(scaled) if parts.scaler is not None else scaled).backward()
         if is_update:
             skipped += _optimizer_step(parts)
@@ -145,18 +186,22 @@ def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_up
                             lr=f"{parts.optimizer.param_groups[0]['lr']:.3g}",
                             img_s=f"{samples / (time.perf_counter() - start):.1f}")
             filled, window_start = 0, step + 1
-        if stop is not None and stop.requested and is_update:
+        if stop is not None and is_update and stop.agreed(num_updates):
             interrupted = True
             break
         last_fetch = time.perf_counter()
     if filled:
         _check_finite(window, filled, epoch, window_start)
-    totals = all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(samples), device=device)]))
+    local = torch.stack([loss_sum, loss_sum.new_tensor(float(samples + carried[1])),
+                         loss_sum.new_tensor(float(samples))])
+    local_loss_sum, local_samples, _ = local.tolist()
+    loss_total, samples_total, samples_now = all_reduce_sum(local).tolist()
     seconds = time.perf_counter() - start
-    loss_value = (totals[0] / totals[1].clamp(min=1)).item()
-    return EpochResult(loss=loss_value, samples=int(totals[1].item()), seconds=seconds, data_seconds=data_seconds,
+    return EpochResult(loss=loss_total / max(samples_total, 1.0), samples=int(samples_now), seconds=seconds,
+                       data_seconds=data_seconds,
                        steps=step + 1 - start_step, skipped_updates=int(skipped.item()), interrupted=interrupted,
-                       completed_steps=step + 1), num_updates
+                       completed_steps=step + 1, local_loss_sum=local_loss_sum,
+                       local_samples=int(local_samples)), num_updates
 
 
 def _optimizer_step(parts: TrainComponents) -> torch.Tensor:

@@ -1,0 +1,168 @@
+"""What a training checkpoint holds, where a run continues, and how every rank picks up its own state.
+
+A run is resumable at any update boundary: the checkpoint holds the shared
+state (model, optimizer, scheduler, GradScaler, EMA, position in the epoch)
+once, and each rank's own state (its RNG streams, its share of the epoch's
+training loss) once per rank. Ranks are seeded ``seed + rank``, so restoring
+rank 0's generators on every rank would give all of them the same dropout,
+mixup and erasing draws; instead each rank restores the entry saved for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vtools import device as dev
+from vtools.checkpoint import BEST, LAST, CheckpointManager, native_rng, portable_rng
+from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
+from vtools.files import atomic_write
+from vtools.models import check_state_dict_fits, unwrap
+from vtools.training import EpochResult, TrainComponents
+
+STATE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a resumed run continues, and this rank's share of the interrupted epoch's loss."""
+
+    epoch: int = 0
+    step: int = 0
+    num_updates: int = 0
+    carried: tuple[float, int] = (0.0, 0)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The folder a run writes to, the checkpoint it resumes (if any) and what to tell the user."""
+
+    path: Path
+    resume: Path | None
+    note: str = ""
+
+
+def _model_stem(model: str) -> str:
+    return Path(model.rstrip("/")).name.replace(":", "_")
+
+
+def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolder:
+    """Decide the run folder on rank 0 and share it, so that every rank resumes the same checkpoint.
+
+    ``--resume auto`` continues ``--output/--experiment`` when a name is given;
+    without one, it continues the newest run of the same model in ``--output``
+    (the folders are named ``<model>-<timestamp>``), so re-queuing the same
+    command carries on instead of starting again.
+    """
+    choice = _choose_run_folder(args) if dist_info.is_main else None
+    return broadcast_from_main(choice)
+
+
+def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
+    output, stem = Path(args.output), _model_stem(args.model)
+    named = output / args.experiment if args.experiment else None
+    if args.resume and args.resume != "auto":
+        return RunFolder(named or _new_folder(output, stem), Path(args.resume))
+    if args.resume != "auto":
+        return RunFolder(named or _new_folder(output, stem), None)
+    if named is not None:
+        if (named / LAST).is_file():
+            return RunFolder(named, named / LAST)
+        return RunFolder(named, None, f"--resume auto: no checkpoint in {named} yet, starting from scratch")
+    earlier = [folder for folder in output.glob(f"{stem}-*") if (folder / LAST).is_file()] if output.is_dir() else []
+    if not earlier:
+        folder = _new_folder(output, stem)
+        return RunFolder(folder, None, f"--resume auto: no earlier run of {args.model} with a checkpoint in "
+                                       f"{output}, starting from scratch in {folder}")
+    newest = max(earlier, key=lambda folder: (folder / LAST).stat().st_mtime)
+    note = f"--resume auto: continuing {newest}, the newest run of {args.model} in {output}"
+    if len(earlier) > 1:
+        note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
+    return RunFolder(newest, newest / LAST, note)
+
+
+def _new_folder(output: Path, stem: str) -> Path:
+    return output / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def rank_state(device: torch.device, result: EpochResult | None = None) -> dict[str, Any]:
+    """This rank's own part of a checkpoint: RNG streams and, mid-epoch, its share of the epoch's loss."""
+    state: dict[str, Any] = {"rng": portable_rng(dev.rng_state(device))}
+    if result is not None:
+        state["train_loss_sum"], state["train_samples"] = result.local_loss_sum, result.local_samples
+    return state
+
+
+def training_state(args: argparse.Namespace, parts: TrainComponents, position: Position, classes: list[str],
+                   device: torch.device, dist_info: DistInfo,
+                   result: EpochResult | None = None) -> dict[str, Any] | None:
+    """Everything ``--resume`` needs (on rank 0; None elsewhere). Every rank must call it: the ranks'
+    own states are gathered here. ``position`` is where training continues."""
+    ranks = gather_objects(rank_state(device, result))
+    if not dist_info.is_main:
+        return None
+    state = {
+        "arch": args.model, "epoch": position.epoch, "step_in_epoch": position.step,
+        "num_updates": position.num_updates, "state_dict": unwrap(parts.model).state_dict(),
+        "optimizer": parts.optimizer.state_dict(),
+        "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
+        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+        "rng": ranks[0]["rng"], "rank_states": ranks, "class_names": classes,
+        "args": dict(vars(args)), "version": STATE_VERSION,
+    }
+    if parts.ema is not None:
+        state["state_dict_ema"] = parts.ema.module.state_dict()
+    return state
+
+
+def restore(state: dict[str, Any], parts: TrainComponents, manager: CheckpointManager, device: torch.device,
+            dist_info: DistInfo, seed: int) -> tuple[Position, str]:
+    """Load a training checkpoint into the components and this rank's RNG; returns where to continue
+    and a note for the user when the number of processes changed."""
+    check_state_dict_fits(parts.model, state["state_dict"], "--resume")
+    parts.model.load_state_dict(state["state_dict"])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    if parts.scheduler is not None and state.get("scheduler") is not None:
+        parts.scheduler.load_state_dict(state["scheduler"])
+    if parts.scaler is not None and state.get("scaler") is not None:
+        parts.scaler.load_state_dict(state["scaler"])
+    if parts.ema is not None and "state_dict_ema" in state:
+        parts.ema.module.load_state_dict(state["state_dict_ema"])
+    manager.best_metric, manager.best_epoch = state.get("best_metric"), state.get("best_epoch")
+    ranks = state.get("rank_states") or [{"rng": state["rng"]}]
+    note = ""
+    if len(ranks) == dist_info.world_size:
+        mine = ranks[dist_info.rank]
+        dev.set_rng_state(device, native_rng(mine["rng"]))
+    else:  # another process count: the shards differ anyway, so only the shared state carries over
+        mine = {}
+        dev.seed_everything(seed + dist_info.rank)
+        note = (f" (saved by {len(ranks)} process(es), resumed by {dist_info.world_size}: random streams "
+                "re-seeded, so the run will not repeat an uninterrupted one exactly)")
+    step = int(state.get("step_in_epoch", 0))
+    carried = (float(mine.get("train_loss_sum", 0.0)), int(mine.get("train_samples", 0))) if step else (0.0, 0)
+    position = Position(int(state["epoch"]), step, int(state.get("num_updates", 0)), carried)
+    return position, note
+
+
+def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
+    """Resuming into a new folder: bring the run's best checkpoint along, since the best metric comes too."""
+    if resume_path is None or (out_dir / BEST).exists() or not (resume_path.parent / BEST).is_file():
+        return
+    payload = (resume_path.parent / BEST).read_bytes()
+    atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
+
+
+def read_summary(out_dir: Path, before_epoch: int) -> list[dict[str, Any]]:
+    """Rows of an earlier run's summary.csv for the epochs a resumed run keeps."""
+    path = out_dir / "summary.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
