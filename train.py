@@ -373,10 +373,9 @@ def eval_model(parts: TrainComponents, dist_info: DistInfo) -> torch.nn.Module:
 def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:
     """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips."""
     evaluated = metrics is not None
-    return {"epoch": epoch, "train_loss": round(result.loss, 6),
-            "eval_loss": round(metrics.loss, 6) if evaluated else "",
-            "eval_top1": round(metrics.top1, 4) if evaluated else "",
-            "eval_top5": round(metrics.top5, 4) if evaluated else "",
+    return {"epoch": epoch, "train_loss": result.loss,
+            "eval_loss": metrics.loss if evaluated else "", "eval_top1": metrics.top1 if evaluated else "",
+            "eval_top5": metrics.top5 if evaluated else "",
             "lr": lr, "img_per_sec": round(result.images_per_second, 2),
             "epoch_seconds": round(result.seconds, 2), "data_wait": round(result.data_wait, 4),
             "skipped_updates": result.skipped_updates,

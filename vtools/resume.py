@@ -99,6 +99,29 @@ def rank_state(device: torch.device, result: EpochResult | None = None) -> dict[
     return state
 
 
+_PLATEAU_KEY = "reduce_on_plateau"
+
+
+def scheduler_state(scheduler: Any) -> dict[str, Any] | None:
+    """timm's scheduler state, plus the counters of the torch ReduceLROnPlateau inside timm's plateau
+    schedule, which timm's own state leaves out (a resumed plateau run would restart its patience)."""
+    if scheduler is None:
+        return None
+    state = scheduler.state_dict()
+    inner = getattr(scheduler, "lr_scheduler", None)
+    if inner is not None:
+        state[_PLATEAU_KEY] = inner.state_dict()
+    return state
+
+
+def load_scheduler_state(scheduler: Any, state: dict[str, Any]) -> None:
+    state = dict(state)
+    inner_state = state.pop(_PLATEAU_KEY, None)
+    scheduler.load_state_dict(state)
+    if inner_state is not None:
+        scheduler.lr_scheduler.load_state_dict(inner_state)
+
+
 def training_state(args: argparse.Namespace, parts: TrainComponents, position: Position, classes: list[str],
                    device: torch.device, dist_info: DistInfo,
                    result: EpochResult | None = None) -> dict[str, Any] | None:
@@ -111,7 +134,7 @@ def training_state(args: argparse.Namespace, parts: TrainComponents, position: P
         "arch": args.model, "epoch": position.epoch, "step_in_epoch": position.step,
         "num_updates": position.num_updates, "state_dict": unwrap(parts.model).state_dict(),
         "optimizer": parts.optimizer.state_dict(),
-        "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
+        "scheduler": scheduler_state(parts.scheduler),
         "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
         "rng": ranks[0]["rng"], "rank_states": ranks, "class_names": classes,
         "args": dict(vars(args)), "version": STATE_VERSION,
@@ -129,7 +152,7 @@ def restore(state: dict[str, Any], parts: TrainComponents, manager: CheckpointMa
     parts.model.load_state_dict(state["state_dict"])
     parts.optimizer.load_state_dict(state["optimizer"])
     if parts.scheduler is not None and state.get("scheduler") is not None:
-        parts.scheduler.load_state_dict(state["scheduler"])
+        load_scheduler_state(parts.scheduler, state["scheduler"])
     if parts.scaler is not None and state.get("scaler") is not None:
         parts.scaler.load_state_dict(state["scaler"])
     if parts.ema is not None and "state_dict_ema" in state:
