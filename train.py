@@ -318,7 +318,7 @@ def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: D
         f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
         f"{num_classes} classes, lr {lr:.4g}, {num_epochs} epochs, {dist_info.world_size} process(es) -> {out_dir}")
 
-    summary_rows = read_summary(out_dir, position.epoch) if resume_state is not None else []
+    summary_rows = read_summary(out_dir, run.resume, position.epoch)
     num_updates = position.num_updates
     with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop:
         for epoch in range(position.epoch, num_epochs):

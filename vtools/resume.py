@@ -182,10 +182,13 @@ def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
     atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
 
 
-def read_summary(out_dir: Path, before_epoch: int) -> list[dict[str, Any]]:
-    """Rows of an earlier run's summary.csv for the epochs a resumed run keeps."""
+def read_summary(out_dir: Path, resume_path: Path | None, before_epoch: int) -> list[dict[str, Any]]:
+    """The rows of summary.csv a resumed run keeps: its own folder's, or (resuming into a new folder) those
+    beside the checkpoint it continues, for the epochs before the one it continues."""
     path = out_dir / "summary.csv"
-    if not path.is_file():
+    if not path.is_file() and resume_path is not None:
+        path = resume_path.parent / "summary.csv"
+    if resume_path is None or not path.is_file():
         return []
     with path.open(newline="", encoding="utf-8") as handle:
         return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
