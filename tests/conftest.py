@@ -34,6 +34,13 @@ def device_flags(device_type: str) -> list[str]:
     return flags
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the emulated npu before any test runs backward: autograd sizes its per-device work
+    queues at its first backward, and a device registered later makes every npu backward in this
+    process fail (so in-process npu tests would pass or fail with the order the tests ran in)."""
+    load_emulated_npu()
+
+
 @pytest.fixture(params=DEVICE_TYPES)
 def device(request: pytest.FixtureRequest) -> torch.device:
     """A resolved device of each type the suite covers."""
