@@ -256,3 +256,65 @@ def test_resume_auto_without_checkpoint_starts_fresh(fashion4: Path, tmp_path: P
     proc = run_script(train_args(fashion4, tmp_path, "fresh", "--device", "cpu", "--epochs", "1", "--resume", "auto"))
     assert proc.returncode == 0, proc.stderr
     assert "no checkpoint" in proc.stdout and len(summary(tmp_path / "fresh")) == 1
+
+
+# ---------------------------------------------------------------- unreadable training images
+
+
+@pytest.fixture(scope="session")
+def mostly_bad(tmp_path_factory: pytest.TempPathFactory, fashion4: Path) -> Path:
+    """4 readable images per class and 60 zero-byte PNGs among them (the issue's case), readable val."""
+    root = tmp_path_factory.mktemp("mostly_bad")
+    shutil.copytree(fashion4 / "val", root / "val")
+    for name in CLASSES:
+        (root / "train" / name).mkdir(parents=True)
+        for file in sorted((fashion4 / "train" / name).glob("*.png"))[:4]:
+            shutil.copy(file, root / "train" / name / file.name)
+        for i in range(15):
+            (root / "train" / name / f"empty_{i:02d}.png").write_bytes(b"")
+    return root
+
+
+def _has_all_bad_batch(root: Path, batch_size: int, seed: int = 42) -> bool:
+    """Whether epoch 0's order holds a batch of only unreadable files (the premise of the test)."""
+    from vtools.data import labelled_files
+    from vtools.sampling import EpochSampler
+
+    paths, _, _ = labelled_files(root / "train")
+    sampler = EpochSampler(len(paths), seed)
+    sampler.set_epoch(0)
+    order = [paths[index] for _, index in sampler]
+    return any(all(p.stat().st_size == 0 for p in order[i:i + batch_size])
+               for i in range(0, len(order) - batch_size + 1, batch_size))
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+@pytest.mark.parametrize("mixup", [False, True])
+def test_bad_training_images_are_replaced_and_batches_stay_full(device_type: str, mixup: bool, mostly_bad: Path,
+                                                                tmp_path: Path) -> None:
+    assert _has_all_bad_batch(mostly_bad, 2)
+    extra = ["--mixup", "0.4"] if mixup else []
+    proc = run_script(train_args(mostly_bad, tmp_path, "bad", *device_flags(device_type), "--epochs", "1",
+                                 "--batch-size", "2", "--on-bad-image", "skip", *extra))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: skipped unreadable")]
+    assert len(warnings) == 60  # each bad file named once
+    assert all("another image in its place" in line for line in warnings)
+    rows = summary(tmp_path / "bad")
+    assert len(rows) == 1 and float(rows[0]["train_loss"]) > 0
+
+
+def test_no_readable_training_image_is_one_line(mostly_bad: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(mostly_bad / "val", data / "val")
+    for name in CLASSES:
+        (data / "train" / name).mkdir(parents=True)
+        (data / "train" / name / "empty.png").write_bytes(b"")
+    proc = run_script(train_args(data, tmp_path, "none", "--device", "cpu", "--epochs", "1", "--batch-size", "2",
+                                 "--on-bad-image", "skip"))
+    assert_usage_error(proc, "no readable training image is left")
+
+
+def test_mixup_needs_an_even_batch(fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "odd", "--device", "cpu", "--batch-size", "3", "--mixup", "0.2"))
+    assert_usage_error(proc, "--batch-size must be even")
