@@ -243,11 +243,11 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
         raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
                          "per process")
     train_loader = vdata.DeviceLoader(
-        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True),
+        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True,
+                          seed=args.seed),
         device, data_config["mean"], data_config["std"], channels_last=channels_last,
         batch_transform=recipe.build_random_erasing(args, device),
         on_bad=vdata.bad_image_handler(args.on_bad_image, [], keep_batches_full=True))
-    train_loader.loader.generator = torch.Generator().manual_seed(args.seed)  # keep the global RNG out of it
     val_loader = vdata.eval_device_loader(
         val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
         vdata.bad_image_handler(args.on_bad_image, []),

@@ -104,6 +104,7 @@ def test_env_report_on_emulated_npu() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for expected in ("torch: ", "timm: ", "device: npu:0", "device_count: 2", "amp_policy: float16",
-                     "grad_scaler: True", "ASCEND_RT_VISIBLE_DEVICES=", "TORCH_DEVICE_BACKEND_AUTOLOAD="):
+                     "grad_scaler: True", "ASCEND_RT_VISIBLE_DEVICES=", "TORCH_DEVICE_BACKEND_AUTOLOAD=",
+                     "tuning: none"):
         assert expected in out, (expected, out)
     assert "unavailable" in out.split("dist_backend:")[1].splitlines()[0]  # no hccl in the emulation

@@ -105,3 +105,27 @@ def test_dist_backend_checked_for_availability(device: torch.device) -> None:
         assert dev.dist_backend(device, override="gloo") == "gloo"
     with pytest.raises(UsageError, match="'no_such_backend'"):
         dev.dist_backend(device, override="no_such_backend")
+
+
+@pytest.fixture
+def default_backend_flags():
+    """Start from torch's defaults and put them back afterwards: the flags are process-wide."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = False, False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = saved
+
+
+def test_cuda_tuning_is_what_timm_turns_on(default_backend_flags) -> None:
+    """timm's train.py enables TF32 matmuls and cuDNN autotuning on CUDA; the cuda row does the same,
+    without a branch anywhere (the flags can be set on any build, so this runs without a GPU)."""
+    applied = dev.apply_tuning(torch.device("cuda", 0))
+    assert torch.backends.cuda.matmul.allow_tf32 is True and torch.backends.cudnn.benchmark is True
+    assert applied == {"torch.backends.cuda.matmul.allow_tf32": True, "torch.backends.cudnn.benchmark": True}
+
+
+def test_other_devices_keep_torch_defaults(device: torch.device, default_backend_flags) -> None:
+    if device.type == "cuda":
+        pytest.skip("the cuda row tunes on purpose (test above)")
+    assert dev.apply_tuning(device) == {}
+    assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.benchmark is False

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,12 @@ def fashion4(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def train_args(data: Path, out: Path, name: str, *extra: str) -> list[str]:
+def train_args(data: Path, out: Path, name: str | None, *extra: str) -> list[str]:
+    """The quick-start config on ``data`` with a tiny model; ``name`` None leaves the folder to train.py."""
+    experiment = ["--experiment", name] if name is not None else ["--experiment", ""]
     return ["train.py", "-c", "configs/fashion_mnist_cpu.yaml", "--data-dir", str(data), "--model", "test_resnet",
             "--epochs", "3", "--batch-size", "32", "--lr", "0.005", "--workers", "1", "--output", str(out),
-            "--experiment", name, *extra]
+            *experiment, *extra]
 
 
 def summary(run: Path) -> list[dict[str, str]]:
@@ -91,13 +94,14 @@ def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: P
     assert_same_weights(weights(first / "last.pth.tar"), weights(tmp_path / "again" / "last.pth.tar"))
 
 
-RECIPE = ["--device", "cpu", "--epochs", "2", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
+RECIPE = ["--device", "cpu", "--epochs", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
           "0.25", "--aa", "rand-m5-mstd0.5", "--model-ema", "--model-ema-decay", "0.9", "--grad-accum-steps", "2",
           "--clip-grad", "1.0", "--drop-path", "0.05", "--channels-last", "--sched-on-updates", "--log-interval", "3"]
 
 
 def test_resume_after_epoch_matches_uninterrupted(fashion4: Path, tmp_path: Path) -> None:
-    """Stop after epoch 0, resume: the weights (and EMA) end identical on CPU."""
+    """Stop after epoch 0, resume: the weights (and EMA) end identical on CPU. Three epochs, so that an
+    epoch follows the resumed run's first validation (whose loader must not draw from the global RNG)."""
     proc = run_script(train_args(fashion4, tmp_path, "full", *RECIPE))
     assert proc.returncode == 0, proc.stderr
     full = tmp_path / "full"
@@ -111,10 +115,12 @@ def test_resume_after_epoch_matches_uninterrupted(fashion4: Path, tmp_path: Path
                         weights(resumed / "last.pth.tar", "state_dict_ema"))
 
 
-def test_sigterm_saves_resumable_checkpoint(fashion4: Path, tmp_path: Path) -> None:
-    """SIGTERM mid-epoch writes a checkpoint; --resume auto finishes with the uninterrupted weights."""
-    common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1"]
-    args = train_args(fashion4, tmp_path, "stopped", *common)
+def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_path: Path) -> None:
+    """SIGTERM mid-epoch writes a checkpoint; re-running the same command (no --experiment: the folder is
+    timestamped) with --resume auto finds that run, ends with the uninterrupted weights, and the
+    interrupted epoch's train_loss covers the whole epoch."""
+    common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1", "--resume", "auto"]
+    args = train_args(fashion4, tmp_path / "out", None, *common)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -123,19 +129,28 @@ def test_sigterm_saves_resumable_checkpoint(fashion4: Path, tmp_path: Path) -> N
             break
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=300)
-    run = tmp_path / "stopped"
     if proc.returncode == 0:
         pytest.skip("the run finished before the signal arrived")
     assert proc.returncode == 143, stderr
     assert "SIGTERM: saved a resumable checkpoint" in stdout
+    [run] = list((tmp_path / "out").iterdir())
+    assert run.name.startswith("test_resnet-")
     state = torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)
     assert 1 <= state["epoch"] < 6
-    done = run_script(train_args(fashion4, tmp_path, "stopped", *common, "--resume", "auto"))
+    interrupted_epoch = state["epoch"]
+    done = run_script(args)
     assert done.returncode == 0, done.stderr
-    assert [int(r["epoch"]) for r in summary(run)] == list(range(6))
+    assert f"--resume auto: continuing {run}" in done.stdout
+    assert list((tmp_path / "out").iterdir()) == [run]
     reference = run_script(train_args(fashion4, tmp_path, "reference", *common))
     assert reference.returncode == 0, reference.stderr
     assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"), weights(run / "last.pth.tar"))
+    resumed_rows, reference_rows = summary(run), summary(tmp_path / "reference")
+    assert [int(r["epoch"]) for r in resumed_rows] == list(range(6))
+    for ours, theirs in zip(resumed_rows, reference_rows):
+        assert float(ours["train_loss"]) == pytest.approx(float(theirs["train_loss"]), rel=1e-6), ours["epoch"]
+        assert ours["lr"] == theirs["lr"]
+    assert int(resumed_rows[interrupted_epoch]["epoch"]) == interrupted_epoch
 
 
 def _free_port() -> int:
@@ -159,6 +174,71 @@ def test_torchrun_two_processes_counts_each_sample_once(fashion4: Path, tmp_path
     assert int(rows[0]["eval_samples"]) == 59
     assert proc.stdout.count("training test_resnet") == 1  # only rank 0 reports
     assert len(list(val.rglob("*.png"))) == 60
+
+
+def _children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (from /proc; Linux only, like torchrun's workers here)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    ranks = [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(b"RANK=")]
+    return int(ranks[0]) if ranks else None
+
+
+def _torchrun(args: list[str]) -> list[str]:
+    return ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+            "--master-port", str(_free_port()), *args]
+
+
+def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, tmp_path: Path) -> None:
+    """SIGTERM reaches rank 1, and rank 0 only later: both stop after the same update, one checkpoint
+    holds each rank's own RNG state, and the resumed 2-process run ends with the weights of an
+    uninterrupted one. Dropout and mixup draw from each rank's own generators, so a rank that
+    restored another rank's state would train differently."""
+    common = ["--device", "cpu", "--epochs", "4", "--batch-size", "8", "--log-interval", "1", "--drop", "0.3",
+              "--mixup", "0.3", "--resume", "auto"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen([sys.executable, *_torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
+                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in launcher.stdout:
+        if line.startswith("epoch 0:"):
+            break
+    ranks = {_rank_of(pid): pid for pid in _children(launcher.pid)}
+    assert set(ranks) >= {0, 1}, ranks
+    os.kill(ranks[1], signal.SIGTERM)
+    time.sleep(0.5)
+    try:
+        os.kill(ranks[0], signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # rank 0 had already stopped on rank 1's signal
+    stdout, stderr = launcher.communicate(timeout=300)
+    assert launcher.returncode != 0, "the run finished before the signals arrived"
+    assert "SIGTERM: saved a resumable checkpoint" in stdout, stderr[-3000:]
+    state = torch.load(tmp_path / "stopped" / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert len(state["rank_states"]) == 2
+    assert not torch.equal(state["rank_states"][0]["rng"]["torch"], state["rank_states"][1]["rng"]["torch"])
+    resumed = run_script(_torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env={"OMP_NUM_THREADS": "1"},
+                         timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    reference = run_script(_torchrun(train_args(fashion4, tmp_path, "reference", *common)),
+                           env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"),
+                        weights(tmp_path / "stopped" / "last.pth.tar"))
 
 
 # ---------------------------------------------------------------- errors: one line, exit 2

@@ -281,14 +281,19 @@ def image_mode(data_config: dict[str, Any]) -> str:
 
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None = None,
                 sampler: Sampler | None = None, drop_last: bool = False,
-                persistent: bool = True) -> DataLoader:
+                persistent: bool = True, seed: int = 0) -> DataLoader:
     """A DataLoader with device-aware pinning and persistent workers; order comes from ``sampler``
-    (training passes a seeded one), else the dataset's own order."""
+    (training passes a seeded one), else the dataset's own order.
+
+    The loader gets a generator of its own: each new iterator draws a worker seed
+    from it, and drawn from the global RNG that would shift the dropout and mixup
+    streams of a resumed run, whose first validation comes at another moment.
+    """
     workers = default_workers() if workers is None else workers
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
                       num_workers=workers, collate_fn=collate, pin_memory=dev.pin_memory(device),
                       drop_last=drop_last, persistent_workers=persistent and workers > 0,
-                      prefetch_factor=4 if workers > 0 else None)
+                      prefetch_factor=4 if workers > 0 else None, generator=torch.Generator().manual_seed(seed))
 
 
 class DeviceLoader:
