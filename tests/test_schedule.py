@@ -156,3 +156,16 @@ def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -
     expected = [float(row["lr"]) for row in read_rows(full)]
     assert len(set(expected)) > 1
     assert [float(row["lr"]) for row in read_rows(resumed)][3:] == expected[3:]
+
+
+def test_val_interval_skips_validation_but_not_the_last_epoch(tiny_fashion: Path, tmp_path: Path) -> None:
+    import pandas as pd
+
+    run = train_in_process(tiny_fashion, tmp_path, ["--sched", "cosine", "--epochs", "5", "--warmup-epochs", "0",
+                                                    "--val-interval", "2", "--checkpoint-hist", "10"])
+    table = pd.read_csv(run / "summary.csv")
+    assert table["epoch"].tolist() == [0, 1, 2, 3, 4]
+    assert table["eval_top1"].isna().tolist() == [True, False, True, False, False]
+    assert sorted(p.name for p in run.glob("checkpoint-*.pth.tar")) == [
+        "checkpoint-1.pth.tar", "checkpoint-3.pth.tar", "checkpoint-4.pth.tar"]
+    assert torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)["epoch"] == 5

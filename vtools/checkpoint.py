@@ -79,14 +79,15 @@ class CheckpointManager:
         return metric > self.best_metric if self.higher_is_better else metric < self.best_metric
 
     def save(self, state: dict[str, Any], epoch: int, metric: float | None) -> bool:
-        """Write last (and numbered, and best when improved); returns whether this is the new best."""
+        """Write last, and for a validated epoch (``metric`` given) a numbered one and best when improved;
+        returns whether this is the new best."""
         improved = metric is not None and self.is_better(metric)
         if improved:
             self.best_metric, self.best_epoch = metric, epoch
         state = {**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch}
         payload = serialize(state)
         atomic_write(self.folder / LAST, lambda stream: stream.write(payload))
-        if self.keep > 0:
+        if self.keep > 0 and metric is not None:
             atomic_write(self.folder / f"checkpoint-{epoch}.pth.tar", lambda stream: stream.write(payload))
             self._prune()
         if improved:
