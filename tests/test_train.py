@@ -212,19 +212,24 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, t
               "--mixup", "0.3", "--resume", "auto"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     launcher = subprocess.Popen([sys.executable, *_torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in launcher.stdout:
-        if line.startswith("epoch 0:"):
-            break
-    ranks = {_rank_of(pid): pid for pid in _children(launcher.pid)}
-    assert set(ranks) >= {0, 1}, ranks
-    os.kill(ranks[1], signal.SIGTERM)
-    time.sleep(0.5)
+                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     try:
-        os.kill(ranks[0], signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # rank 0 had already stopped on rank 1's signal
-    stdout, stderr = launcher.communicate(timeout=300)
+        for line in launcher.stdout:
+            if line.startswith("epoch 0:"):
+                break
+        ranks = {_rank_of(pid): pid for pid in _children(launcher.pid)}
+        assert set(ranks) >= {0, 1}, ranks
+        os.kill(ranks[1], signal.SIGTERM)
+        time.sleep(0.5)
+        try:
+            os.kill(ranks[0], signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # rank 0 had already stopped on rank 1's signal
+        stdout, stderr = launcher.communicate(timeout=180)  # ranks that disagree hang in mismatched collectives
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode != 0, "the run finished before the signals arrived"
     assert "SIGTERM: saved a resumable checkpoint" in stdout, stderr[-3000:]
     state = torch.load(tmp_path / "stopped" / "last.pth.tar", map_location="cpu", weights_only=True)
