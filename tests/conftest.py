@@ -26,6 +26,15 @@ def load_emulated_npu() -> None:
     import tests.emulated_npu  # noqa: F401
 
 
+AUTOLOAD_DIR = REPO / "tests" / "emulated_npu" / "autoload"
+
+
+def autoload_env() -> dict[str, str]:
+    """Environment in which ``import torch`` loads the emulated npu through torch's backend autoload,
+    as it loads torch_npu: no ``--device-modules`` needed (see tests/emulated_npu/autoload)."""
+    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(AUTOLOAD_DIR)])}
+
+
 def device_flags(device_type: str) -> list[str]:
     """Command-line flags that select ``device_type`` in a script run from the repo root."""
     flags = ["--device", device_type]

@@ -107,6 +107,11 @@ def _patch_tensor_printing() -> None:
     _tensor_str.tensor_totype = tensor_totype
 
 
+def autoload() -> None:
+    """The ``torch.backends`` entry point (see ``autoload/``): importing this package has already
+    installed the backend by the time torch calls it."""
+
+
 def extension():
     """The loaded C++ extension module (device counters live there)."""
     from ._build import load_extension

@@ -19,6 +19,7 @@ import torch
 EXTENSION_NAME = "vtools_emulated_npu"
 SOURCES = [
     Path(__file__).with_name("npu_backend.cpp"),
+    Path(__file__).with_name("npu_runtime.cpp"),
     Path(__file__).with_name("npu_autocast.cpp"),
 ]
 

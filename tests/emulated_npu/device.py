@@ -4,10 +4,18 @@ A small subset of torch_npu's ``torch.npu`` API, enough for PyTorch's generic
 code (torch.accelerator, torch.autocast, GradScaler, torch.manual_seed,
 DataLoader pinning, ``tensor.npu()``) and for device-agnostic training code.
 
-Randomness: random ops run on CPU copies of npu tensors, so they draw from the
-CPU default generator, and the rng functions here read and reseed that same
-generator (``torch.npu.manual_seed(s)`` also reseeds the CPU). A real NPU has
-one generator per device.
+Randomness: each device has its own generator, as on a real NPU. Random ops
+run on CPU copies of npu tensors with the device's generator standing in for
+the CPU's, so seeding, saving or restoring the CPU generator does not touch
+the npu streams of random numbers (and forgetting the device's shows).
+
+Streams and events: ``Stream``/``current_stream``/``stream()``/``Event`` are
+torch's generic stream objects on the npu device. Kernels finish before they
+return, but in strict mode (the default; ``VTOOLS_EMU_NPU_STRICT_STREAMS=0``
+turns it off) a ``non_blocking`` host-to-device copy issued on a side stream
+fills its destination with poison (NaN, or all bits set) until the copying
+stream is waited for (``wait_stream``, an event, ``synchronize``) or runs a
+kernel itself, so a consumer that forgets to wait reads garbage.
 
 Bad device indices raise like torch.cuda does: RuntimeError from the runtime
 (set_device, memory functions), AssertionError from get_device_properties /
@@ -90,8 +98,10 @@ class device:
 
 
 def synchronize(device: _DeviceLike = None) -> None:
-    """No-op after validating ``device``: every op finishes before it returns."""
-    _check(_index(device))
+    """Wait for the device: every stream's deferred copies land."""
+    index = _index(device)
+    _check(index)
+    _C.synchronize(index)
 
 
 def _check(index: int) -> None:
@@ -166,37 +176,40 @@ def empty_cache() -> None:
     """Nothing is cached: freed tensors go straight back to the host."""
 
 
-# --- random numbers (delegated to the CPU default generator) --------------------
+# --- random numbers: one generator per device -----------------------------------
 
 
 def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(int(seed))
+    _C.manual_seed(current_device(), int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
-    torch.default_generator.manual_seed(int(seed))
+    for index in range(device_count()):
+        _C.manual_seed(index, int(seed))
 
 
 def seed() -> None:
-    torch.default_generator.seed()
+    manual_seed(torch.seed())
 
 
 def seed_all() -> None:
-    torch.default_generator.seed()
+    manual_seed_all(torch.seed())
 
 
 def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
+    return _C.initial_seed(current_device())
 
 
 def get_rng_state(device: _DeviceLike = "npu") -> torch.Tensor:
-    _check(_index(device))
-    return torch.default_generator.get_state()
+    index = _index(device)
+    _check(index)
+    return _C.generator_state(index)
 
 
 def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "npu") -> None:
-    _check(_index(device))
-    torch.default_generator.set_state(new_state)
+    index = _index(device)
+    _check(index)
+    _C.set_generator_state(index, new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -206,3 +219,51 @@ def get_rng_state_all() -> list[torch.Tensor]:
 def set_rng_state_all(new_states: Any) -> None:
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
+
+
+# --- streams and events ------------------------------------------------------------
+
+
+class Stream(torch.Stream):
+    """``torch.npu.Stream(device=None, priority=0)``: a new stream on an npu device."""
+
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0) -> "Stream":
+        return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """``torch.npu.Event()``: an event on the current npu device."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device=torch.device("npu", current_device()), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+
+def current_stream(device: _DeviceLike = None) -> torch.Stream:
+    return torch.accelerator.current_stream(_index(device))
+
+
+def default_stream(device: _DeviceLike = None) -> torch.Stream:
+    current = current_stream(device)
+    return torch.Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+class stream:
+    """``with torch.npu.stream(s):`` makes ``s`` the current stream of its device for the block."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self.previous: torch.Stream | None = None
+
+    def __enter__(self) -> None:
+        if self.stream is not None:
+            self.previous = current_stream(self.stream.device_index)
+            set_stream(self.stream)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            set_stream(self.previous)

@@ -7,7 +7,9 @@
 //   * PrivateUse1 hooks (torch.accelerator, pinned memory, generators),
 //   * native kernels for the ops that create, alias or copy storage,
 //   * a boxed CPU fallback for every other op (plus the few ops that cannot
-//     use it as is: convolution_overrideable, native_batch_norm).
+//     use it as is: convolution_overrideable, native_batch_norm),
+//   * what makes it as strict as a real device (npu_runtime.cpp): same-device
+//     checks, streams with strict copies, per-device generators, a sync counter.
 // Autocast registrations live in npu_autocast.cpp (a second translation unit
 // so that ninja compiles the two heavy halves in parallel).
 
@@ -34,6 +36,9 @@
 #include <torch/library.h>
 
 #include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor in the bindings
+
+#include "npu_runtime.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -353,7 +358,7 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStream(Device device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return current_stream(device.index());
   }
 
   c10::Stream getDefaultStream(Device device) const override {
@@ -361,41 +366,52 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStreamFromGlobalPool(Device device, bool /*high_priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return new_stream(device);
   }
 
   c10::Stream getNewStream(Device device, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return new_stream(device);
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
-    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+    return exchange_stream(stream);
   }
 
   DeviceIndex deviceCount() const noexcept override {
     return device_count();
   }
 
-  // Events: work is already finished when an op returns, so an event only
-  // needs a non-null handle; waiting and querying are no-ops.
-  void record(void** event, const c10::Stream& /*stream*/, const DeviceIndex /*device_index*/,
+  // Kernels finish before they return; what an event orders is the copies a
+  // stream has deferred (strict mode): waiting for the event completes them.
+  void record(void** event, const c10::Stream& stream, const DeviceIndex /*device_index*/,
               const c10::EventFlag /*flag*/) const override {
-    static int dummy_event = 0;
-    *event = &dummy_event;
+    record_event(event, stream);
   }
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  void block(void* event, const c10::Stream& stream) const override {
+    block_on_event(event, stream);
+  }
   bool queryEvent(void* /*event*/) const override {
     return true;
   }
-  void destroyEvent(void* /*event*/, const DeviceIndex /*device_index*/) const noexcept override {}
-  void synchronizeEvent(void* /*event*/) const override {}
+  void destroyEvent(void* event, const DeviceIndex /*device_index*/) const noexcept override {
+    destroy_event(event);
+  }
+  void synchronizeEvent(void* event) const override {
+    block_on_event(event, c10::Stream(c10::Stream::DEFAULT, Device(kNpu, t_current_device)));
+  }
   bool queryStream(const c10::Stream& /*stream*/) const override {
     return true;
   }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeDevice(const DeviceIndex /*device_index*/) const override {}
+  void synchronizeStream(const c10::Stream& stream) const override {
+    flush_stream(stream);
+  }
+  void synchronizeDevice(const DeviceIndex device_index) const override {
+    flush_device(device_index);
+  }
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/)
-      const override {}
+      const override {
+    note_record_stream();
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NpuGuardImpl);
@@ -434,10 +450,10 @@ struct NpuHooks final : public at::PrivateUse1HooksInterface {
     return exchangeDevice(device);
   }
 
-  // Randomness is delegated to the CPU: the fallback runs random ops on CPU
-  // copies with the CPU default generator, so that is the npu generator too.
-  const at::Generator& getDefaultGenerator(DeviceIndex /*device_index*/) const override {
-    return at::detail::getDefaultCPUGenerator();
+  // One generator per device (a CPU generator object: random ops run on CPU
+  // copies, with the device's generator standing in for the CPU's).
+  const at::Generator& getDefaultGenerator(DeviceIndex device_index) const override {
+    return device_generator(device_index < 0 ? t_current_device : device_index);
   }
   at::Generator getNewGenerator(DeviceIndex /*device_index*/) const override {
     return at::make_generator<at::CPUGeneratorImpl>(c10::detail::getNonDeterministicRandom());
@@ -552,11 +568,27 @@ at::Tensor host_alias(const at::Tensor& t) {
 }
 
 // Every copy involving an npu tensor lands here: cpu->npu, npu->cpu, npu->npu,
-// with dtype conversion and any strides, all done by the CPU copy_ kernel.
-// non_blocking is ignored: copies are always complete on return.
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+// with dtype conversion and any strides, all done by the CPU copy_ kernel. A
+// copy reads on the current stream (deferred copies of that stream land
+// first); a non_blocking host-to-device copy on a side stream is itself
+// deferred in strict mode; a device-to-host copy made by user code counts as a
+// host synchronisation.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) {
     return dst;
+  }
+  if (self.device().type() == kNpu) {
+    flush_current(self.device().index());
+  }
+  if (dst.device().type() == kNpu) {
+    flush_current(dst.device().index());
+  }
+  if (self.is_cpu() && dst.device().type() == kNpu) {
+    copy_host_to_device(dst, host_alias(dst), self, non_blocking);
+    return dst;
+  }
+  if (dst.is_cpu()) {
+    count_sync();
   }
   host_alias(dst).copy_(host_alias(self));
   return dst;
@@ -570,7 +602,29 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
+  flush_current(self.device().index());
+  count_sync();
   return at::_local_scalar_dense(host_alias(self));
+}
+
+// Tensor.record_stream: the allocator frees at once (no cache to protect), so
+// it only counts; a missing call cannot fail here (see the package docstring).
+void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {
+  note_record_stream();
+}
+
+// What every kernel does before it runs on CPU copies: operands on one device,
+// that device's deferred copies on the current stream landed, and the copies
+// to and from the host not counted as user synchronisations.
+DeviceIndex prepare_kernel(const char* name, std::initializer_list<const at::Tensor*> tensors) {
+  check_same_device(name, tensors);
+  for (const at::Tensor* t : tensors) {
+    if (t != nullptr && t->defined() && t->device().type() == kNpu) {
+      flush_current(t->device().index());
+      return t->device().index();
+    }
+  }
+  return t_current_device;
 }
 
 const at::Tensor& resize_(
@@ -614,6 +668,8 @@ at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
+  prepare_kernel("aten::convolution", {&input, &weight, bias.has_value() ? &*bias : nullptr});
+  InternalCopies internal;
   std::optional<at::Tensor> bias_cpu;
   if (bias.has_value() && bias->defined()) {
     bias_cpu = bias->cpu();
@@ -628,6 +684,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  prepare_kernel("aten::convolution_backward", {&grad_output, &input, &weight});
+  InternalCopies internal;
   // The bias has one entry per output channel.
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   auto grads = at::convolution_backward(
@@ -644,6 +702,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
     const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  auto present = [](const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; };
+  prepare_kernel("aten::native_batch_norm", {&input, present(weight), present(bias), present(running_mean),
+                                             present(running_var)});
+  InternalCopies internal;
   auto to_cpu = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
     if (t.has_value() && t->defined()) {
       return t->cpu();
@@ -666,7 +728,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   return {std::get<0>(out).to(device), std::get<1>(out).to(device), std::get<2>(out).to(device)};
 }
 
+// The device of an op's first npu operand (the current device for factories).
+DeviceIndex operand_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  for (const c10::IValue& value : torch::jit::last(stack, op.schema().arguments().size())) {
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().device().type() == kNpu) {
+      return value.toTensor().device().index();
+    }
+  }
+  return t_current_device;
+}
+
 void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_same_device(op, *stack);
+  const DeviceIndex device = operand_device(op, *stack);
+  flush_current(device);
+  InternalCopies internal;
+  if (is_random_op(op)) {
+    DeviceRngScope rng(device);
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
   at::native::cpu_fallback(op, stack);
 }
 
@@ -691,6 +772,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 // Everything else runs on CPU copies of the npu tensors; results (and
@@ -775,4 +857,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return pybind11::make_tuple(info.first, info.second);
   });
   m.def("total_memory", [] { return kTotalMemory; });
+  m.def("sync_count", [] { return sync_count(); });
+  m.def("pending_copies", [] { return pending_copies(); });
+  m.def("recorded_streams", [] { return recorded_streams(); });
+  m.def("synchronize", [](int index) { flush_device(static_cast<DeviceIndex>(index)); });
+  m.def("generator_state", [](int index) {
+    at::Generator generator = device_generator(static_cast<DeviceIndex>(index));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+  });
+  m.def("set_generator_state", [](int index, const at::Tensor& state) {
+    at::Generator generator = device_generator(static_cast<DeviceIndex>(index));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  });
+  m.def("manual_seed", [](int index, uint64_t seed) {
+    at::Generator generator = device_generator(static_cast<DeviceIndex>(index));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
+  });
+  m.def("initial_seed", [](int index) { return device_generator(static_cast<DeviceIndex>(index)).current_seed(); });
 }
