@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "ImageNet models, the stored class names otherwise (default: description)")
     group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
     group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
-    group.add_argument("--results-dir", default="", metavar="DIR", help="folder for results files")
+    group.add_argument("--results-dir", default="", metavar="DIR",
+                       help="folder for results files (default: the current folder)")
     group.add_argument("--results-file", default="", metavar="NAME",
                        help="results file name (default: <model>-topk<K>); one file per --results-format")
     group.add_argument("--results-format", nargs="+", default=["csv"], choices=RESULT_FORMATS,
@@ -53,9 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
-    """Where each requested format is written (nothing unless --results-dir or --results-file)."""
-    if not (args.results_dir or args.results_file):
-        return []
+    """Where each requested format is written: always somewhere, as in timm's inference.py (by default
+    <model>-topk<K>.<format> in the current folder), so predictions are never only on the console."""
     name = args.results_file or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-topk{args.topk}"
     base = Path(args.results_dir or ".") / name
     if base.suffix.lstrip(".") in RESULT_FORMATS:

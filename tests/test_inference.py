@@ -10,7 +10,7 @@ import pytest
 import timm
 import torch
 
-from tests.conftest import DEVICE_TYPES, SYNSETS, assert_usage_error, device_flags, run_script
+from tests.conftest import DEVICE_TYPES, REPO, SYNSETS, assert_usage_error, device_flags, run_script
 
 
 def run_inference(args: list[str], tmp_path: Path, formats: tuple[str, ...] = ("json",),
@@ -20,16 +20,6 @@ def run_inference(args: list[str], tmp_path: Path, formats: tuple[str, ...] = ("
                        "--results-format", *formats], env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, {fmt: out / f"preds.{fmt}" for fmt in formats}
-
-
-@pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_ascend_command_line_verbatim(device_type: str, synset_images: Path, imagenet_model_dir: Path) -> None:
-    """python inference.py ./data/ --device npu --batch-size 64 --model ./model_ckpts/... --label-type detail --topk 5"""
-    proc = run_script(["inference.py", f"{synset_images}/", *device_flags(device_type), "--batch-size", "64",
-                       "--model", str(imagenet_model_dir), "--label-type", "detail", "--topk", "5"])
-    assert proc.returncode == 0, proc.stderr
-    assert "12 images classified" in proc.stdout
-    assert "n01440764_0.jpg" in proc.stdout  # the small result is shown as a table
 
 
 def test_devices_agree_and_match_the_model(synset_images: Path, imagenet_model_dir: Path, tmp_path: Path) -> None:
@@ -154,6 +144,16 @@ def test_unknown_model(custom_images: Path, tmp_path: Path) -> None:
 def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> None:
     (tmp_path / "empty_model").mkdir()
     _bad([str(custom_images), "--model", str(tmp_path / "empty_model")], tmp_path, "has no config.json")
+
+
+def test_results_land_in_the_current_folder_by_default(custom_images: Path, custom_model_dir: Path,
+                                                      tmp_path: Path) -> None:
+    """Like timm's inference.py: without --results-dir/--results-file the predictions are still saved."""
+    proc = run_script([str(REPO / "inference.py"), str(custom_images), "--device", "cpu", "--model",
+                       str(custom_model_dir), "--topk", "2"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "results written to model-topk2.csv" in proc.stdout
+    assert len(pd.read_csv(tmp_path / "model-topk2.csv")) == 12
 
 
 def test_no_console_results(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:

@@ -39,15 +39,6 @@ def run_validate(args: list[str], results: Path, env: dict | None = None) -> dic
     return rows[0]
 
 
-@pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_ascend_command_line_verbatim(device_type: str, synset_images: Path, imagenet_model_dir: Path) -> None:
-    """python validate.py ../ImageNet-1000/val/ --device npu --model ./model_ckpts/... --batch-size 64 --pretrained"""
-    proc = run_script(["validate.py", f"{synset_images}/", *device_flags(device_type), "--model",
-                       str(imagenet_model_dir), "--batch-size", "64", "--pretrained"])
-    assert proc.returncode == 0, proc.stderr
-    assert "Acc@1" in proc.stdout and "on 12 images" in proc.stdout
-
-
 def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_model_dir: Path,
                                                  tmp_path: Path) -> None:
     """Synset folders map to ImageNet indices; every device gives timm's numbers."""

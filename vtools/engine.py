@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -73,12 +73,16 @@ def evaluate(model: torch.nn.Module, loader: Iterable, device: torch.device, amp
 
 @torch.inference_mode()
 def predict(model: torch.nn.Module, loader: Iterable, amp: AmpPolicy, topk: int, output_type: str = "prob",
-            show_progress: bool = True) -> Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+            show_progress: bool = True, host_every: int = 64
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Yield (dataset indices, scores, class indices) per batch on the CPU.
 
     ``topk == 0`` yields every class's score in class order (class indices None).
+    Results stay on the device and come to the host ``host_every`` batches at a
+    time: one synchronisation per chunk instead of one per batch.
     """
     model.eval()
+    pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
     for batch in progress(loader, "inference", total=len(loader) if hasattr(loader, "__len__") else None,
                           enabled=show_progress):
         if batch.images.numel() == 0:
@@ -88,6 +92,23 @@ def predict(model: torch.nn.Module, loader: Iterable, amp: AmpPolicy, topk: int,
         scores = logits.float().softmax(dim=1) if output_type == "prob" else logits.float()
         if topk:
             top = scores.topk(min(topk, scores.shape[1]), dim=1)
-            yield batch.indices, top.values.cpu(), top.indices.cpu()
+            pending.append((batch.indices, top.values, top.indices))
         else:
-            yield batch.indices, scores.cpu(), None
+            pending.append((batch.indices, scores, None))
+        if len(pending) == host_every:
+            yield from _to_host(pending)
+            pending = []
+    yield from _to_host(pending)
+
+
+def _to_host(pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+             ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Move a chunk of per-batch results to the host in one copy per kind, then split it again."""
+    if not pending:
+        return
+    sizes = [len(scores) for _, scores, _ in pending]
+    scores = torch.cat([scores for _, scores, _ in pending]).cpu().split(sizes)
+    has_classes = pending[0][2] is not None
+    classes = torch.cat([c for _, _, c in pending]).cpu().split(sizes) if has_classes else [None] * len(sizes)
+    for (indices, _, _), chunk_scores, chunk_classes in zip(pending, scores, classes):
+        yield indices, chunk_scores, chunk_classes
