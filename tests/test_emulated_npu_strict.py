@@ -79,7 +79,18 @@ def test_unwaited_side_stream_copy_is_poisoned() -> None:
 
 def test_waited_side_stream_copy_lands() -> None:
     assert _side_stream_copy(wait=True).cpu().tolist() == list(range(6))
-    assert emulated.extension().pending_copies() == 0
+    assert emulated.extension().hidden_storages() == 0
+
+
+def test_side_stream_kernels_are_invisible_until_waited_for() -> None:
+    """The prefetch pattern: copy and convert on a side stream, consume on the default stream."""
+    host = torch.full((2, 3), 51, dtype=torch.uint8).pin_memory()
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        images = host.to(NPU, non_blocking=True).float().div_(255)
+    assert torch.isnan(images.cpu()).all()  # no wait: the consumer reads garbage
+    torch.npu.current_stream().wait_stream(side)
+    assert torch.allclose(images.cpu(), torch.full((2, 3), 0.2))
 
 
 def test_side_stream_sees_its_own_copy_and_float_poison_is_nan() -> None:

@@ -568,29 +568,28 @@ at::Tensor host_alias(const at::Tensor& t) {
 }
 
 // Every copy involving an npu tensor lands here: cpu->npu, npu->cpu, npu->npu,
-// with dtype conversion and any strides, all done by the CPU copy_ kernel. A
-// copy reads on the current stream (deferred copies of that stream land
-// first); a non_blocking host-to-device copy on a side stream is itself
-// deferred in strict mode; a device-to-host copy made by user code counts as a
+// with dtype conversion and any strides, all done by the CPU copy_ kernel. On a
+// side stream (strict mode) a non_blocking or device-to-device copy stays
+// invisible to other streams until they wait; a blocking copy makes the host
+// wait for the stream. A device-to-host copy made by user code counts as a
 // host synchronisation.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) {
     return dst;
   }
-  if (self.device().type() == kNpu) {
-    flush_current(self.device().index());
-  }
-  if (dst.device().type() == kNpu) {
-    flush_current(dst.device().index());
-  }
-  if (self.is_cpu() && dst.device().type() == kNpu) {
-    copy_host_to_device(dst, host_alias(dst), self, non_blocking);
-    return dst;
-  }
-  if (dst.is_cpu()) {
+  const bool to_host = dst.is_cpu();
+  StreamWork work(to_host ? self.device().index() : dst.device().index());
+  if (to_host) {
     count_sync();
   }
   host_alias(dst).copy_(host_alias(self));
+  if (self.is_cpu() && !non_blocking) {
+    work.completed();
+  } else if (to_host) {
+    work.completed();
+  } else {
+    work.wrote(dst);
+  }
   return dst;
 }
 
@@ -602,7 +601,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  flush_current(self.device().index());
+  StreamWork work(self.device().index());
+  work.completed();  // .item() waits for the current stream
   count_sync();
   return at::_local_scalar_dense(host_alias(self));
 }
@@ -613,14 +613,11 @@ void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {
   note_record_stream();
 }
 
-// What every kernel does before it runs on CPU copies: operands on one device,
-// that device's deferred copies on the current stream landed, and the copies
-// to and from the host not counted as user synchronisations.
+// What every explicit kernel checks first: operands on one device. Returns that device.
 DeviceIndex prepare_kernel(const char* name, std::initializer_list<const at::Tensor*> tensors) {
   check_same_device(name, tensors);
   for (const at::Tensor* t : tensors) {
     if (t != nullptr && t->defined() && t->device().type() == kNpu) {
-      flush_current(t->device().index());
       return t->device().index();
     }
   }
@@ -668,7 +665,7 @@ at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
-  prepare_kernel("aten::convolution", {&input, &weight, bias.has_value() ? &*bias : nullptr});
+  StreamWork work(prepare_kernel("aten::convolution", {&input, &weight, bias.has_value() ? &*bias : nullptr}));
   InternalCopies internal;
   std::optional<at::Tensor> bias_cpu;
   if (bias.has_value() && bias->defined()) {
@@ -677,21 +674,27 @@ at::Tensor convolution_overrideable(
   auto out = at::convolution(
       input.cpu(), weight.cpu(), bias_cpu, stride, padding, dilation, transposed, output_padding,
       groups);
-  return out.to(input.device());
+  auto result = out.to(input.device());
+  work.wrote(result);
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  prepare_kernel("aten::convolution_backward", {&grad_output, &input, &weight});
+  StreamWork work(prepare_kernel("aten::convolution_backward", {&grad_output, &input, &weight}));
   InternalCopies internal;
   // The bias has one entry per output channel.
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   auto grads = at::convolution_backward(
       grad_output.cpu(), input.cpu(), weight.cpu(), c10::IntArrayRef{out_channels}, stride,
       padding, dilation, transposed, output_padding, groups, output_mask);
-  auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+  auto back = [&](const at::Tensor& t) {
+    auto result = t.defined() ? t.to(input.device()) : t;
+    work.wrote(result);
+    return result;
+  };
   return {back(std::get<0>(grads)), back(std::get<1>(grads)), back(std::get<2>(grads))};
 }
 
@@ -703,8 +706,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
     const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
   auto present = [](const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; };
-  prepare_kernel("aten::native_batch_norm", {&input, present(weight), present(bias), present(running_mean),
-                                             present(running_var)});
+  StreamWork work(prepare_kernel("aten::native_batch_norm", {&input, present(weight), present(bias),
+                                                             present(running_mean), present(running_var)}));
   InternalCopies internal;
   auto to_cpu = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
     if (t.has_value() && t->defined()) {
@@ -725,7 +728,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     }
   }
   const auto device = input.device();
-  return {std::get<0>(out).to(device), std::get<1>(out).to(device), std::get<2>(out).to(device)};
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{
+      std::get<0>(out).to(device), std::get<1>(out).to(device), std::get<2>(out).to(device)};
+  for (const at::Tensor* written : std::initializer_list<const at::Tensor*>{
+           &std::get<0>(result), &std::get<1>(result), &std::get<2>(result), present(running_mean),
+           present(running_var)}) {
+    if (written != nullptr) {
+      work.wrote(*written);
+    }
+  }
+  return result;
 }
 
 // The device of an op's first npu operand (the current device for factories).
@@ -738,17 +750,47 @@ DeviceIndex operand_device(const c10::OperatorHandle& op, const torch::jit::Stac
   return t_current_device;
 }
 
+// Tensors an op wrote: its results and the arguments its schema marks as mutated.
+void note_writes(const c10::OperatorHandle& op, const std::vector<c10::IValue>& mutated,
+                 const torch::jit::Stack& stack, StreamWork& work) {
+  auto mark = [&](const c10::IValue& value) {
+    if (value.isTensor()) {
+      work.wrote(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) {
+        work.wrote(t);
+      }
+    }
+  };
+  for (const auto& value : mutated) {
+    mark(value);
+  }
+  for (const auto& value : torch::jit::last(stack, op.schema().returns().size())) {
+    mark(value);
+  }
+}
+
 void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_same_device(op, *stack);
   const DeviceIndex device = operand_device(op, *stack);
-  flush_current(device);
-  InternalCopies internal;
-  if (is_random_op(op)) {
-    DeviceRngScope rng(device);
-    at::native::cpu_fallback(op, stack);
-    return;
+  std::vector<c10::IValue> mutated;
+  const auto& arguments = op.schema().arguments();
+  auto inputs = torch::jit::last(*stack, arguments.size());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite()) {
+      mutated.push_back(inputs[i]);
+    }
   }
-  at::native::cpu_fallback(op, stack);
+  StreamWork work(device);
+  {
+    InternalCopies internal;
+    std::optional<DeviceRngScope> rng;
+    if (is_random_op(op)) {
+      rng.emplace(device);
+    }
+    at::native::cpu_fallback(op, stack);
+  }
+  note_writes(op, mutated, *stack, work);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -858,7 +900,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("total_memory", [] { return kTotalMemory; });
   m.def("sync_count", [] { return sync_count(); });
-  m.def("pending_copies", [] { return pending_copies(); });
+  m.def("hidden_storages", [] { return hidden_storages(); });
   m.def("recorded_streams", [] { return recorded_streams(); });
   m.def("synchronize", [](int index) { flush_device(static_cast<DeviceIndex>(index)); });
   m.def("generator_state", [](int index) {

@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/core/jit_type.h>
 #include <c10/util/Exception.h>
 
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -116,7 +118,7 @@ void check_same_device(const char* op_name, std::initializer_list<const at::Tens
 }
 
 // ---------------------------------------------------------------------------
-// Streams, events and strict copies
+// Streams, events and strict side streams
 // ---------------------------------------------------------------------------
 
 namespace {
@@ -134,53 +136,57 @@ bool strict_streams() {
   return strict;
 }
 
-struct PendingCopy {
+// Storages a side stream wrote that no one has waited for yet. While hidden, the
+// device bytes hold poison and ``real`` holds the side stream's view of them.
+struct Hidden {
   c10::Stream stream;
-  at::Tensor keep_alive;  // the npu destination: its storage must outlive the copy
-  at::Tensor dst;         // host alias of the destination
-  at::Tensor src;         // a private copy of the source, taken when the copy was issued
+  c10::Storage storage;  // keeps the memory alive until the wait
+  at::Tensor bytes;      // host alias of the whole storage
+  at::Tensor real;
 };
 
-std::mutex g_pending_mutex;
-std::vector<PendingCopy> g_pending;
-std::atomic<int64_t> g_pending_count{0};
+std::mutex g_hidden_mutex;
+std::map<const void*, Hidden> g_hidden;
+std::atomic<int64_t> g_hidden_count{0};
 
-// What a reader sees before the copy lands: NaN, or all bits set (-1 for signed
-// integers, so a class index is out of range; 255 for uint8 pixels).
-void poison(const at::Tensor& t) {
-  if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) {
-    t.fill_(std::numeric_limits<double>::quiet_NaN());
-  } else if (t.scalar_type() == at::kBool) {
-    t.fill_(true);
-  } else if (t.scalar_type() == at::kByte) {
-    t.fill_(255);
-  } else {
-    t.fill_(-1);
+constexpr int64_t kPoison = 0xFF;  // all bits set: NaN for every float width, -1 for signed integers
+
+void reveal_locked(const c10::Stream& stream) {
+  for (auto& entry : g_hidden) {
+    Hidden& hidden = entry.second;
+    if (hidden.stream == stream && hidden.real.defined()) {
+      hidden.bytes.copy_(hidden.real);
+    }
+  }
+}
+
+void hide_locked(const c10::Stream& stream) {
+  for (auto& entry : g_hidden) {
+    Hidden& hidden = entry.second;
+    if (hidden.stream == stream) {
+      hidden.real = hidden.bytes.clone();
+      hidden.bytes.fill_(kPoison);
+    }
   }
 }
 
 template <typename Predicate>
 void flush_where(Predicate matches) {
-  if (g_pending_count.load() == 0) {
+  if (g_hidden_count.load() == 0) {
     return;
   }
-  std::vector<PendingCopy> ready;
-  {
-    std::lock_guard<std::mutex> lock(g_pending_mutex);
-    auto keep = g_pending.begin();
-    for (auto& copy : g_pending) {
-      if (matches(copy.stream)) {
-        ready.push_back(std::move(copy));
-      } else {
-        *keep++ = std::move(copy);
+  std::lock_guard<std::mutex> lock(g_hidden_mutex);
+  for (auto it = g_hidden.begin(); it != g_hidden.end();) {
+    if (matches(it->second.stream)) {
+      if (it->second.real.defined()) {
+        it->second.bytes.copy_(it->second.real);
       }
+      it = g_hidden.erase(it);
+    } else {
+      ++it;
     }
-    g_pending.erase(keep, g_pending.end());
-    g_pending_count.store(static_cast<int64_t>(g_pending.size()));
   }
-  for (auto& copy : ready) {
-    copy.dst.copy_(copy.src);
-  }
+  g_hidden_count.store(static_cast<int64_t>(g_hidden.size()));
 }
 
 struct EmulatedEvent {
@@ -204,29 +210,55 @@ c10::Stream new_stream(c10::Device device) {
   return c10::Stream(c10::Stream::UNSAFE, device, g_next_stream.fetch_add(1));
 }
 
-void copy_host_to_device(const at::Tensor& dst, const at::Tensor& dst_host_alias, const at::Tensor& src,
-                         bool non_blocking) {
-  const c10::Stream stream = current_stream(dst.device().index());
-  if (!strict_streams() || !non_blocking || stream.id() == 0) {
-    dst_host_alias.copy_(src);
+StreamWork::StreamWork(c10::DeviceIndex index) {
+  if (!strict_streams() || InternalCopies::active()) {
+    return;  // the op that makes these copies is already inside a StreamWork
+  }
+  const c10::Stream stream = current_stream(index);
+  if (stream.id() == 0) {
     return;
   }
-  PendingCopy copy{stream, dst, dst_host_alias, src.clone()};
-  poison(dst_host_alias);
-  std::lock_guard<std::mutex> lock(g_pending_mutex);
-  g_pending.push_back(std::move(copy));
-  g_pending_count.store(static_cast<int64_t>(g_pending.size()));
+  side_ = stream;
+  std::lock_guard<std::mutex> lock(g_hidden_mutex);
+  reveal_locked(*side_);
+}
+
+void StreamWork::wrote(const at::Tensor& t) {
+  if (!side_ || !t.defined() || t.device().type() != kNpuType || !t.has_storage()) {
+    return;
+  }
+  const c10::Storage& storage = t.storage();
+  void* data = storage.mutable_data();
+  if (data == nullptr || storage.nbytes() == 0) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_hidden_mutex);
+  if (g_hidden.count(data) == 0) {
+    auto bytes = at::from_blob(data, {static_cast<int64_t>(storage.nbytes())},
+                               at::TensorOptions().dtype(at::kByte).device(c10::DeviceType::CPU));
+    g_hidden.emplace(data, Hidden{*side_, storage, bytes, at::Tensor()});
+    g_hidden_count.store(static_cast<int64_t>(g_hidden.size()));
+  }
+}
+
+void StreamWork::completed() {
+  completed_ = true;
+}
+
+StreamWork::~StreamWork() {
+  if (!side_) {
+    return;
+  }
+  if (completed_) {
+    flush_stream(*side_);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_hidden_mutex);
+  hide_locked(*side_);
 }
 
 void flush_stream(c10::Stream stream) {
   flush_where([&](const c10::Stream& s) { return s == stream; });
-}
-
-void flush_current(c10::DeviceIndex index) {
-  if (g_pending_count.load() == 0) {
-    return;
-  }
-  flush_stream(current_stream(index));
 }
 
 void flush_device(c10::DeviceIndex index) {
@@ -241,7 +273,7 @@ void record_event(void** event, const c10::Stream& stream) {
 }
 
 void block_on_event(void* event, const c10::Stream& /*waiting_stream*/) {
-  // Everything the recorded stream issued is done once anyone waits for it.
+  // Everything the recorded stream issued is visible once anyone waits for it.
   if (event == nullptr) {
     return;
   }
@@ -255,8 +287,8 @@ void destroy_event(void* event) {
   delete static_cast<EmulatedEvent*>(event);
 }
 
-int64_t pending_copies() {
-  return g_pending_count.load();
+int64_t hidden_storages() {
+  return g_hidden_count.load();
 }
 
 int64_t recorded_streams() {

@@ -3,9 +3,8 @@
 //   * same-device checks: an op whose operands sit on npu and cpu (or on two
 //     npu devices) fails as it does on CUDA and on torch_npu, instead of the
 //     CPU fallback quietly copying everything to the host;
-//   * streams and events with a strict copy mode: a non_blocking host-to-device
-//     copy issued on a side stream is poisoned until the consuming stream waits
-//     for that stream (or the side stream itself runs a kernel);
+//   * streams and events, strict: what a side stream writes (kernels and
+//     non_blocking copies) reads as poison on other streams until they wait;
 //   * one random generator per device, used by every random op on it;
 //   * a counter of device-to-host synchronisations (.item(), D2H copies).
 #pragma once
@@ -18,6 +17,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 
 namespace vtools_npu {
 
@@ -33,17 +33,31 @@ void check_same_device(const char* op_name, std::initializer_list<const at::Tens
 c10::Stream current_stream(c10::DeviceIndex index);
 c10::Stream exchange_stream(c10::Stream stream);
 c10::Stream new_stream(c10::Device device);
-// A host-to-device copy into ``dst`` (through its host alias): done now, or (strict
-// mode, side stream, non_blocking) poisoned and deferred until the stream is waited for.
-void copy_host_to_device(const at::Tensor& dst, const at::Tensor& dst_host_alias, const at::Tensor& src,
-                         bool non_blocking);
-void flush_stream(c10::Stream stream);   // completes the stream's deferred copies
-void flush_current(c10::DeviceIndex index);  // before a kernel runs on the current stream
+// Strict streams: work issued while a side stream is current (kernels, non_blocking
+// copies) is invisible to the other streams until they wait for that stream: its
+// bytes read as poison (all bits set: NaN, -1, 255) for them. Create one
+// StreamWork around each op: it shows the side stream its own earlier writes for
+// the op, then hides them again together with what the op wrote (``wrote``).
+// On the default stream it does nothing.
+class StreamWork {
+ public:
+  explicit StreamWork(c10::DeviceIndex index);
+  ~StreamWork();
+  void wrote(const at::Tensor& t);
+  void completed();  // a blocking op: the host waited for the stream, so all of it is visible
+  StreamWork(const StreamWork&) = delete;
+  StreamWork& operator=(const StreamWork&) = delete;
+
+ private:
+  std::optional<c10::Stream> side_;
+  bool completed_ = false;
+};
+void flush_stream(c10::Stream stream);  // a wait: the stream's writes become visible for good
 void flush_device(c10::DeviceIndex index);
 void record_event(void** event, const c10::Stream& stream);
 void block_on_event(void* event, const c10::Stream& stream);
 void destroy_event(void* event);
-int64_t pending_copies();
+int64_t hidden_storages();
 int64_t recorded_streams();
 void note_record_stream();
 

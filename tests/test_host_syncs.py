@@ -1,0 +1,105 @@
+"""The hot loops never wait for the device between log steps: train, validate and inference.
+
+A device-to-host synchronisation (``.item()``, a device-to-host copy) stalls an accelerator's
+queue. The emulated npu counts them, so each test runs a loop over 4 and over 8 batches, through
+the real DeviceLoader (side-stream prefetch) and the real recipe, and requires the same count:
+whatever syncs remain are per epoch or per log step, never per batch. npu only: the counter is the
+emulator's (cpu has no queue to stall).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import train
+from tests.conftest import load_emulated_npu
+from vtools import data as vdata
+from vtools import recipe
+from vtools.amp import resolve_amp
+from vtools.engine import evaluate, predict
+from vtools.training import TrainComponents, train_one_epoch
+
+load_emulated_npu()
+
+import tests.emulated_npu as emulated  # noqa: E402
+
+NPU = torch.device("npu:0")
+BATCH, CLASSES, SIZE = 4, 5, 32
+
+
+class RandomImages(Dataset):
+    """uint8 images with labels, as the workers of a real loader hand them over."""
+
+    def __init__(self, count: int) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.images = torch.randint(0, 256, (count, 3, SIZE, SIZE), dtype=torch.uint8, generator=generator)
+        self.labels = torch.randint(0, CLASSES, (count,), generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        return self.images[index], self.labels[index], index
+
+
+def device_loader(batches: int) -> vdata.DeviceLoader:
+    loader = vdata.make_loader(RandomImages(batches * BATCH), BATCH, NPU, workers=0, drop_last=True)
+    return vdata.DeviceLoader(loader, NPU, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+
+
+def syncs(run: Callable[[], object]) -> int:
+    counter = emulated.extension().sync_count
+    before = counter()
+    run()
+    return counter() - before
+
+
+def recipe_components(extra: list[str]) -> TrainComponents:
+    """A model and the real recipe (optimizer, schedule, loss, mixup, EMA) from train.py's own flags."""
+    args = train.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra])
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
+    optimizer = recipe.build_optimizer(model, args, args.lr)
+    mixup = recipe.build_mixup(args, CLASSES)
+    scheduler, _ = recipe.build_scheduler(optimizer, args, updates_per_epoch=8)
+    return TrainComponents(model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None),
+                           amp=resolve_amp(NPU, args.amp), device=NPU, scaler=None, scheduler=scheduler,
+                           mixup=mixup, ema=recipe.build_ema(model, args), clip_grad=args.clip_grad,
+                           grad_accum_steps=args.grad_accum_steps)
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--mixup", "0.2", "--model-ema", "--clip-grad", "1.0", "--grad-accum-steps", "2", "--sched-on-updates",
+     "--amp", "--amp-dtype", "bfloat16"],
+], ids=["plain", "mixup-ema-clip-accum-bf16"])
+def test_training_epoch_makes_no_per_batch_syncs(extra: list[str]) -> None:
+    parts = recipe_components(extra)
+    counts = [syncs(lambda n=n: train_one_epoch(parts, device_loader(n), 0, 0, log_interval=100,
+                                                 show_progress=False)) for n in (4, 8)]
+    assert counts[0] == counts[1], counts
+
+
+def test_validation_makes_no_per_batch_syncs() -> None:
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
+    amp = resolve_amp(NPU, False)
+    counts = [syncs(lambda n=n: evaluate(model, device_loader(n), NPU, amp, show_progress=False)) for n in (4, 8)]
+    assert counts[0] == counts[1], counts
+
+
+def test_inference_makes_no_per_batch_syncs() -> None:
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
+    amp = resolve_amp(NPU, False)
+    counts = [syncs(lambda n=n: list(predict(model, device_loader(n), amp, topk=3, show_progress=False)))
+              for n in (4, 8)]
+    assert counts[0] == counts[1], counts
