@@ -94,18 +94,26 @@ def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: P
     assert_same_weights(weights(first / "last.pth.tar"), weights(tmp_path / "again" / "last.pth.tar"))
 
 
-RECIPE = ["--device", "cpu", "--epochs", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
+RECIPE = ["--epochs", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
           "0.25", "--aa", "rand-m5-mstd0.5", "--model-ema", "--model-ema-decay", "0.9", "--grad-accum-steps", "2",
           "--clip-grad", "1.0", "--drop-path", "0.05", "--channels-last", "--sched-on-updates", "--log-interval", "3"]
 
 
-def test_resume_after_epoch_matches_uninterrupted(fashion4: Path, tmp_path: Path) -> None:
-    """Stop after epoch 0, resume: the weights (and EMA) end identical on CPU. Three epochs, so that an
-    epoch follows the resumed run's first validation (whose loader must not draw from the global RNG)."""
-    proc = run_script(train_args(fashion4, tmp_path, "full", *RECIPE))
+RESUME_CASES = [(d, None) for d in DEVICE_TYPES] + [(d, "float16") for d in DEVICE_TYPES if d != "cpu"]
+
+
+@pytest.mark.parametrize("device_type, amp_dtype", RESUME_CASES)
+def test_resume_after_epoch_matches_uninterrupted(device_type: str, amp_dtype: str | None, fashion4: Path,
+                                                  tmp_path: Path) -> None:
+    """Stop after epoch 0, resume: the weights (and EMA) end identical, with the device's own random
+    streams (drop-path and erasing draw on the device) and, in float16, the GradScaler's state restored.
+    Three epochs, so that an epoch follows the resumed run's first validation (whose loader must not
+    draw from the global RNG)."""
+    recipe = [*RECIPE, *device_flags(device_type)] + (["--amp", "--amp-dtype", amp_dtype] if amp_dtype else [])
+    proc = run_script(train_args(fashion4, tmp_path, "full", *recipe))
     assert proc.returncode == 0, proc.stderr
     full = tmp_path / "full"
-    proc = run_script(train_args(fashion4, tmp_path, "resumed", *RECIPE, "--resume",
+    proc = run_script(train_args(fashion4, tmp_path, "resumed", *recipe, "--resume",
                                  str(full / "checkpoint-0.pth.tar")))
     assert proc.returncode == 0, proc.stderr
     assert "resumed from" in proc.stdout
