@@ -46,7 +46,12 @@ def device_flags(device_type: str) -> list[str]:
 def pytest_configure(config: pytest.Config) -> None:
     """Register the emulated npu before any test runs backward: autograd sizes its per-device work
     queues at its first backward, and a device registered later makes every npu backward in this
-    process fail (so in-process npu tests would pass or fail with the order the tests ran in)."""
+    process fail (so in-process npu tests would pass or fail with the order the tests ran in).
+
+    A device-facing test runs on every device type unless it says why not, with one of these markers
+    (tests/test_source_tree.py enforces it)."""
+    config.addinivalue_line("markers", "cpu_only(reason): a device-facing test that runs on cpu only, and why")
+    config.addinivalue_line("markers", "npu_only(reason): a device-facing test that runs on npu only, and why")
     load_emulated_npu()
 
 

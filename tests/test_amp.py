@@ -59,6 +59,7 @@ except UsageError as err:
 """
 
 
+@pytest.mark.npu_only(reason="an Ascend 910A without bf16 is an npu situation")
 def test_npu_without_bf16_chooses_fp16_and_scaler() -> None:
     """Like Ascend 910A: no bf16, so auto must pick fp16 with a GradScaler for npu."""
     proc = run_script(["-c", BF16_PROBE], env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
@@ -68,6 +69,7 @@ def test_npu_without_bf16_chooses_fp16_and_scaler() -> None:
     assert lines[1].startswith("error: --amp-dtype bfloat16: npu:0 does not support bfloat16")
 
 
+@pytest.mark.npu_only(reason="an Ascend 910A without bf16 is an npu situation")
 def test_cli_explicit_bf16_on_bf16less_npu_is_one_line() -> None:
     proc = run_script(["train.py", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"],
                       env={"VTOOLS_EMU_NPU_NO_BF16": "1"})

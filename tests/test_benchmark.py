@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 import pandas as pd
@@ -9,6 +11,7 @@ import pandas as pd
 from tests.conftest import run_script
 
 
+@pytest.mark.cpu_only(reason="checks the report's columns; the measured loops are the ones the npu tests run")
 def test_benchmark_writes_every_column(tmp_path: Path) -> None:
     out = tmp_path / "bench.csv"
     proc = run_script(["-m", "vtools", "bench", "--model", "test_resnet", "--tasks", "validate", "--steps", "1",

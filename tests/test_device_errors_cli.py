@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import EMULATED_NPU_MODULE, REPO, assert_usage_error, run_script
 
+pytestmark = pytest.mark.cpu_only(
+    reason="each test sets up the device situation it checks (missing, broken, hidden, out-of-range backends)")
+
 SCRIPTS = ["train.py", "validate.py", "inference.py"]
 
 

@@ -49,11 +49,13 @@ def test_index_out_of_range(device: torch.device) -> None:
         dev.resolve_device(f"{device.type}:{count}")
 
 
+@pytest.mark.cpu_only(reason="resolution fails before any device is used")
 def test_unknown_type_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="unknown device type 'warpdrive'"):
         dev.resolve_device("warpdrive")
 
 
+@pytest.mark.cpu_only(reason="resolution fails before any device is used")
 def test_unimportable_device_module() -> None:
     with pytest.raises(UsageError, match="cannot import 'no_such_module_xyz'"):
         dev.resolve_device("cpu", ["no_such_module_xyz"])

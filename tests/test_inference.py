@@ -52,6 +52,7 @@ def test_devices_agree_and_match_the_model(synset_images: Path, imagenet_model_d
 
 @pytest.mark.parametrize("label_type, expected", [
     ("name", "n01440764"), ("description", "tench, Tinca tinca"), ("detail", "freshwater dace-like game fish")])
+@pytest.mark.cpu_only(reason="label lookup is host-side; npu predictions: test_devices_agree_and_match_the_model")
 def test_imagenet_label_types(label_type: str, expected: str, synset_images: Path, imagenet_model_dir: Path,
                               tmp_path: Path) -> None:
     _, files = run_inference([str(synset_images), "--device", "cpu", "--model", str(imagenet_model_dir), "--topk",
@@ -60,6 +61,7 @@ def test_imagenet_label_types(label_type: str, expected: str, synset_images: Pat
     assert len(labels) == 1000 and any(expected in label for label in labels)
 
 
+@pytest.mark.cpu_only(reason="result formatting is host-side")
 def test_formats_parse_with_pandas(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     stdout, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir),
                                    "--topk", "2", "--label-type", "name", "--fullname"], tmp_path,
@@ -74,8 +76,10 @@ def test_formats_parse_with_pandas(custom_images: Path, custom_model_dir: Path, 
     assert "results written to" in stdout
 
 
-def test_full_vector_logits(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    _, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--topk", "0",
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_full_vector_logits(device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+    _, files = run_inference([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
+                              "--topk", "0",
                               "--output-type", "logit", "--label-type", "name"], tmp_path, formats=("csv",))
     table = pd.read_csv(files["csv"])
     assert list(table.columns) == ["filename", "logit:cat", "logit:dog", "logit:fox"]
@@ -83,6 +87,7 @@ def test_full_vector_logits(custom_images: Path, custom_model_dir: Path, tmp_pat
 
 
 @pytest.mark.parametrize("kind", ["folder", "glob", "list", "single"])
+@pytest.mark.cpu_only(reason="image discovery is host-side")
 def test_sources(kind: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     flat = tmp_path / "flat"
     flat.mkdir()
@@ -113,10 +118,12 @@ def _bad(args: list[str], tmp_path: Path, *fragments: str) -> None:
     assert not any(out.glob("*.csv")) if out.exists() else True
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_missing_source(custom_model_dir: Path, tmp_path: Path) -> None:
     _bad([str(tmp_path / "nothing"), "--model", str(custom_model_dir)], tmp_path, "does not exist")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_no_images(custom_model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.txt").write_text("hello")
@@ -137,15 +144,18 @@ def test_corrupt_image(device_type: str, custom_images: Path, custom_model_dir: 
     assert "1 unreadable skipped" in stdout
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_unknown_model(custom_images: Path, tmp_path: Path) -> None:
     _bad([str(custom_images), "--model", "vit_tiny_patch16_22"], tmp_path, "unknown model", "did you mean")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> None:
     (tmp_path / "empty_model").mkdir()
     _bad([str(custom_images), "--model", str(tmp_path / "empty_model")], tmp_path, "has no config.json")
 
 
+@pytest.mark.cpu_only(reason="where results are written is host-side")
 def test_results_land_in_the_current_folder_by_default(custom_images: Path, custom_model_dir: Path,
                                                       tmp_path: Path) -> None:
     """Like timm's inference.py: without --results-dir/--results-file the predictions are still saved."""
@@ -156,6 +166,7 @@ def test_results_land_in_the_current_folder_by_default(custom_images: Path, cust
     assert len(pd.read_csv(tmp_path / "model-topk2.csv")) == 12
 
 
+@pytest.mark.cpu_only(reason="console output is host-side")
 def test_no_console_results(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     stdout, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir),
                                    "--no-console-results"], tmp_path)

@@ -128,6 +128,8 @@ def check_against_timm(run: Path, accum: int = 1) -> list[float]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.cpu_only(
+    reason="the schedule is host arithmetic; test_schedule_matches_timm_on_device runs the loop on every device")
 def test_schedule_matches_timm(case: str, tiny_fashion: Path, tmp_path: Path) -> None:
     """cpu only: the schedule is host arithmetic; the npu runs of the same loop follow below."""
     extra = CASES[case]
@@ -144,6 +146,7 @@ def test_schedule_matches_timm_on_device(case: str, device_type: str, tiny_fashi
     check_against_timm(train_as_user(tiny_fashion, tmp_path, device_type, CASES[case]))
 
 
+@pytest.mark.cpu_only(reason="scheduler state is host-side; npu resume: test_train.py")
 def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -> None:
     """Top-5 of 4 classes never improves, so with patience 2 the rate halves every third epoch. Resumed
     after epoch 2, two bad epochs into its patience, the run must decay when the uninterrupted one does:
@@ -158,6 +161,7 @@ def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -
     assert [float(row["lr"]) for row in read_rows(resumed)][3:] == expected[3:]
 
 
+@pytest.mark.cpu_only(reason="epoch bookkeeping is host-side")
 def test_val_interval_skips_validation_but_not_the_last_epoch(tiny_fashion: Path, tmp_path: Path) -> None:
     import pandas as pd
 

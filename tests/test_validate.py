@@ -58,6 +58,7 @@ def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_m
         assert row["device"].startswith(device_type)
 
 
+@pytest.mark.cpu_only(reason="class mapping is host-side; npu numbers: test_numbers_equal_reference_on_every_device")
 def test_label_subset_and_folder_model_names(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     """A model that stores class names maps folders by name, even for a subset of its classes."""
     subset = tmp_path / "subset"
@@ -68,6 +69,7 @@ def test_label_subset_and_folder_model_names(custom_images: Path, custom_model_d
     assert row["samples"] == 4 and row["top1"] == pytest.approx(expected["top1"], abs=1e-3)
 
 
+@pytest.mark.cpu_only(reason="class mapping is host-side")
 def test_class_map_file(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     class_map = tmp_path / "map.txt"
     class_map.write_text("fox\ndog\ncat\n")  # reversed order: labels change, so do the numbers
@@ -78,7 +80,9 @@ def test_class_map_file(custom_images: Path, custom_model_dir: Path, tmp_path: P
     assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4)
 
 
-def test_several_checkpoints_one_row_each_csv(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_several_checkpoints_one_row_each_csv(device_type: str, custom_images: Path, custom_model_dir: Path,
+                                              tmp_path: Path) -> None:
     import pandas as pd
     from safetensors.torch import load_file
 
@@ -89,22 +93,24 @@ def test_several_checkpoints_one_row_each_csv(custom_images: Path, custom_model_
     zeroed = {k: torch.zeros_like(v) for k, v in state.items()}
     torch.save({"state_dict": zeroed, "state_dict_ema": state}, checkpoints / "b.pth.tar")
     results = tmp_path / "results.csv"
-    proc = run_script(["validate.py", str(custom_images), "--device", "cpu", "--model", "test_resnet",
+    proc = run_script(["validate.py", str(custom_images), *device_flags(device_type), "--model", "test_resnet",
                        "--num-classes", "3", "--checkpoint", str(checkpoints), "--results-file", str(results)])
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(results)
     assert [Path(p).name for p in table["checkpoint"]] == ["a.pth.tar", "b.pth.tar"]
     assert table["samples"].tolist() == [12, 12]
     assert table["loss"][0] != table["loss"][1]  # b's state_dict is all zeros
-    ema = run_validate([str(custom_images), "--device", "cpu", "--model", "test_resnet", "--num-classes", "3",
+    ema = run_validate([str(custom_images), *device_flags(device_type), "--model", "test_resnet", "--num-classes", "3",
                         "--checkpoint", str(checkpoints / "b.pth.tar"), "--use-ema"], tmp_path / "ema.json")
     assert ema["loss"] == pytest.approx(table["loss"][0])  # b's EMA weights are a's weights
 
 
-def test_several_models_in_one_run(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_several_models_in_one_run(device_type: str, custom_images: Path, custom_model_dir: Path,
+                                   tmp_path: Path) -> None:
     other = write_model_folder(tmp_path / "other", 3, ["cat", "dog", "fox"], seed=7)
     results = tmp_path / "r.json"
-    proc = run_script(["validate.py", str(custom_images), "--device", "cpu", "--model",
+    proc = run_script(["validate.py", str(custom_images), *device_flags(device_type), "--model",
                        f"{custom_model_dir},{other}", "--results-file", str(results), "--results-format", "json"])
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(results.read_text())
@@ -133,6 +139,7 @@ def _fashion_mnist_raw(root: Path) -> None:
             b"\x00\x00\x08\x01" + np.array([len(labels)], dtype=">i4").tobytes() + np.array(labels, np.uint8).tobytes())
 
 
+@pytest.mark.cpu_only(reason="the data source is host-side")
 def test_torchvision_dataset(tmp_path: Path) -> None:
     _fashion_mnist_raw(tmp_path / "fm")
     model_dir = write_model_folder(tmp_path / "model", 10)
@@ -155,15 +162,18 @@ def _bad(args: list[str], results: Path, *fragments: str, env: dict | None = Non
     assert not results.exists()
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_missing_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     _bad([str(tmp_path / "nope"), "--model", str(custom_model_dir)], results, "does not exist")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_empty_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     _bad([str(tmp_path / "empty"), "--model", str(custom_model_dir)], results, "no class folders")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_class_folders_without_images(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "d" / "cat").mkdir(parents=True)
     (tmp_path / "d" / "cat" / "notes.txt").write_text("not an image")
@@ -192,6 +202,7 @@ def test_corrupt_image_error_and_skip(device_type: str, results: Path, custom_im
     assert row["samples"] == 12 and row["skipped"] == 2
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_unreadable_checkpoint(results: Path, custom_images: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.pth"
     bad.write_bytes(b"\x00garbage" * 10)
@@ -203,12 +214,14 @@ def test_unreadable_checkpoint(results: Path, custom_images: Path, tmp_path: Pat
          "not a readable safetensors file")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_mismatched_checkpoint_names_keys(results: Path, custom_images: Path, custom_model_dir: Path) -> None:
     _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "5", "--checkpoint",
           str(custom_model_dir / "model.safetensors")], results, "does not fit the model", "shape mismatch",
          "fc.weight")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_use_ema_without_ema_weights(results: Path, custom_images: Path, custom_model_dir: Path,
                                      tmp_path: Path) -> None:
     from safetensors.torch import load_file
@@ -229,6 +242,7 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_malicious_pickle_never_runs(results: Path, custom_images: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pth"
@@ -239,33 +253,44 @@ def test_malicious_pickle_never_runs(results: Path, custom_images: Path, tmp_pat
     assert not marker.exists()
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_unknown_model_suggests(results: Path, custom_images: Path) -> None:
     _bad([str(custom_images), "--model", "resnet5O"], results, "unknown model 'resnet5O'", "did you mean")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_hub_model_without_network(results: Path, custom_images: Path) -> None:
     _bad([str(custom_images), "--model", "hf-hub:timm/resnet18.a1_in1k"], results, "could not be loaded",
          "local model folder", env={"HF_HUB_OFFLINE": "1"})
 
 
-def test_torchcompile_channels_last_same_numbers(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    plain = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir)], tmp_path / "a.json")
-    tuned = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--torchcompile",
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_torchcompile_channels_last_same_numbers(device_type: str, custom_images: Path, custom_model_dir: Path,
+                                                 tmp_path: Path) -> None:
+    plain = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir)],
+                         tmp_path / "a.json")
+    tuned = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
+                          "--torchcompile",
                           "eager", "--channels-last"], tmp_path / "b.json")
     assert tuned["top1"] == plain["top1"] and tuned["loss"] == pytest.approx(plain["loss"], rel=1e-4)
 
 
-def test_preprocessing_and_model_flags(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    row = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--img-size", "48",
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_preprocessing_and_model_flags(device_type: str, custom_images: Path, custom_model_dir: Path,
+                                       tmp_path: Path) -> None:
+    row = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
+                        "--img-size", "48",
                         "--crop-pct", "0.8", "--interpolation", "bicubic", "--crop-mode", "squash", "--mean", "0.5",
                         "0.5", "0.5", "--std", "0.25", "0.25", "0.25", "--model-kwargs", "drop_rate=0.1",
                         "--workers", "0", "--log-freq", "1", "--batch-size", "5"], tmp_path / "a.json")
     assert (row["img_size"], row["crop_pct"], row["interpolation"], row["samples"]) == (48, 0.8, "bicubic", 12)
-    gray = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--in-chans", "1",
+    gray = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
+                         "--in-chans", "1",
                          "--input-size", "1", "40", "40"], tmp_path / "b.json")
     assert gray["img_size"] == 40 and gray["samples"] == 12
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_torchvision_dataset_missing_suggests_download(tmp_path: Path, custom_model_dir: Path) -> None:
     proc = run_script(["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model",
                        str(custom_model_dir)])
