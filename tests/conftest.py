@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 EMULATED_NPU_MODULE = "tests.emulated_npu"
 
 DEVICE_TYPES = ["cpu", "npu"] + (["cuda"] if torch.cuda.is_available() else [])
+# A second device, for the runs that must not assume device 0 (a rank's device under torchrun).
+SECOND_DEVICES = ["npu:1"] + (["cuda:1"] if torch.cuda.device_count() > 1 else [])
 
 
 def load_emulated_npu() -> None:
@@ -38,7 +40,7 @@ def autoload_env() -> dict[str, str]:
 def device_flags(device_type: str) -> list[str]:
     """Command-line flags that select ``device_type`` in a script run from the repo root."""
     flags = ["--device", device_type]
-    if device_type == "npu":
+    if device_type.split(":")[0] == "npu":
         flags += ["--device-modules", EMULATED_NPU_MODULE]
     return flags
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import DEVICE_TYPES, REPO, assert_usage_error, device_flags, run_script
+from tests.conftest import DEVICE_TYPES, REPO, SECOND_DEVICES, assert_usage_error, device_flags, run_script
 
 CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
 
@@ -57,7 +57,7 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
 
 
-PRECISIONS = [(d, None) for d in DEVICE_TYPES] + [(d, dt) for d in DEVICE_TYPES if d != "cpu"
+PRECISIONS = [(d, None) for d in DEVICE_TYPES + SECOND_DEVICES] + [(d, dt) for d in DEVICE_TYPES if d != "cpu"
                                                   for dt in ("bfloat16", "float16")]
 
 
@@ -73,6 +73,7 @@ def test_short_run_learns(device_type: str, amp_dtype: str | None, fashion4: Pat
     assert all(int(r["eval_samples"]) == 60 for r in rows)
     assert all(0.0 <= float(r["data_wait"]) < 1.0 for r in rows)
     assert ("GradScaler" in proc.stdout) == (amp_dtype == "float16")
+    assert f"training test_resnet on {device_type}" in proc.stdout  # npu:1 really trains on device 1
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from tests.conftest import (DEVICE_TYPES, SYNSETS, assert_usage_error, device_flags, run_script,
+from tests.conftest import (DEVICE_TYPES, SECOND_DEVICES, SYNSETS, assert_usage_error, device_flags, run_script,
                             write_model_folder)
 
 
@@ -44,7 +44,7 @@ def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_m
     """Synset folders map to ImageNet indices; every device gives timm's numbers."""
     label_of = {name: timm.data.ImageNetInfo().label_names().index(name) for name in SYNSETS}
     expected = reference_metrics(imagenet_model_dir, synset_images, label_of)
-    for device_type in DEVICE_TYPES:
+    for device_type in DEVICE_TYPES + SECOND_DEVICES:
         row = run_validate([str(synset_images), *device_flags(device_type), "--model", str(imagenet_model_dir),
                             "--batch-size", "64"], tmp_path / f"{device_type}.json")
         assert row["samples"] == expected["samples"] == 12
