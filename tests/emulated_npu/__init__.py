@@ -13,21 +13,27 @@ What it proves: code paths that select, move to, and run on a non-CUDA
 accelerator through PyTorch's generic device APIs work - device strings and
 indices, data movement, autocast dtype policy, grad scaling, pinned memory,
 per-device memory statistics, checkpoints loaded onto the device - and that
-nothing silently needs float64 on the device (NPUs have none: creating a
-float64 / complex128 npu tensor raises a RuntimeError mentioning "float64").
+they fail where a real NPU fails: operands on different devices raise
+"Expected all tensors to be on the same device" (0-dim cpu scalars and cpu
+index tensors excepted, as on CUDA); float64 tensors cannot live on the device;
+what a side stream writes reads as poison on other streams until they wait for
+it; each device has its own random generator. It counts host synchronisations
+(``sync_count``) so tests can show a loop makes none per step.
 
-What it cannot prove: anything about torch_npu itself (its kernels, HCCL
-distributed backend, streams/events, graph mode, memory limits), numerics of
-real NPU kernels, or speed. Tensors live in host memory; every op other than
-allocation, copies and views runs on CPU copies of its inputs through
-``at::native::cpu_fallback``, so ops are synchronous, streams/events are
-no-ops, and random numbers come from the CPU generator. Ops that have no CPU
-kernel (e.g. some fp16 ops) fail here and may work on an NPU - and vice versa.
+What it cannot prove: anything about torch_npu itself (its kernels, HCCL,
+graph mode, memory limits), numerics of real NPU kernels, or speed. Tensors
+live in host memory; every op other than allocation, copies and views runs on
+CPU copies of its inputs through ``at::native::cpu_fallback``, synchronously,
+so only the ordering between streams is emulated, not concurrency; memory is
+freed at once (no caching allocator), so a missing ``record_stream`` cannot
+fail. Ops that have no CPU kernel (e.g. some fp16 ops) fail here and may work
+on an NPU - and vice versa.
 
 Environment:
   ASCEND_RT_VISIBLE_DEVICES    if set, device count = number of entries
   VTOOLS_EMU_NPU_DEVICE_COUNT  device count otherwise (default 2)
   VTOOLS_EMU_NPU_NO_BF16=1     behave like an Ascend 910A (no bf16 autocast)
+  VTOOLS_EMU_NPU_STRICT_STREAMS=0  let other streams see side-stream writes at once
   VTOOLS_EMU_NPU_BUILD_DIR     build cache (default
                                ~/.cache/vtools/emulated_npu/<torch version>)
 The device count is read once per process, at first use.
@@ -113,7 +119,8 @@ def autoload() -> None:
 
 
 def extension():
-    """The loaded C++ extension module (device counters live there)."""
+    """The loaded C++ extension module (device counters live there: memory, ``sync_count``,
+    ``hidden_storages``, ``recorded_streams``)."""
     from ._build import load_extension
 
     return load_extension()
