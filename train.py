@@ -32,7 +32,9 @@ from vtools.engine import EvalResult, evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write_text, check_writable, write_rows
 from vtools.models import create_model, export_model_folder, read_state_dict, unwrap, use_channels_last
-from vtools.resume import Position, carry_best_checkpoint, choose_run_folder, read_summary, restore, training_state
+from vtools.resume import (Position, RunFolder, carry_best_checkpoint, choose_run_folder, read_summary, restore,
+                           training_state)
+from vtools.run_lock import owned_folder
 from vtools.sampling import EpochSampler, SeededSamples
 from vtools.training import EpochResult, StopRequest, TrainComponents, train_one_epoch
 
@@ -287,8 +289,15 @@ def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: tor
 
 
 def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: DistInfo) -> int:
-    say = print if dist_info.is_main else (lambda *a, **k: None)
+    """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(args, dist_info)
+    with owned_folder(run.path, enabled=dist_info.is_main):
+        return run_training(args, run, device, amp, dist_info)
+
+
+def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device, amp: Any,
+                 dist_info: DistInfo) -> int:
+    say = print if dist_info.is_main else (lambda *a, **k: None)
     out_dir = run.path
     resume_state = load_training_state(run.resume) if run.resume else None
     if run.note:

@@ -431,3 +431,38 @@ def test_no_readable_training_image_is_one_line(mostly_bad: Path, tmp_path: Path
 def test_mixup_needs_an_even_batch(fashion4: Path, tmp_path: Path) -> None:
     proc = run_script(train_args(fashion4, tmp_path, "odd", "--device", "cpu", "--batch-size", "3", "--mixup", "0.2"))
     assert_usage_error(proc, "--batch-size must be even")
+
+
+# ---------------------------------------------------------------- a run owns its folder
+
+
+@pytest.mark.cpu_only(reason="folder ownership is host-side")
+def test_a_second_run_into_a_live_run_folder_is_refused(fashion4: Path, tmp_path: Path) -> None:
+    args = train_args(fashion4, tmp_path, "shared", "--device", "cpu", "--epochs", "2")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    for line in first.stdout:
+        if line.startswith("training test_resnet"):
+            break
+    first.send_signal(signal.SIGSTOP)  # hold it mid-run, whatever the machine's speed
+    try:
+        second = run_script([*args, "--lr", "0.5"])
+    finally:
+        first.send_signal(signal.SIGCONT)
+    stdout, stderr = first.communicate(timeout=300)
+    assert_usage_error(second, "belongs to a training run that is still going", f"pid {first.pid}")
+    assert first.returncode == 0, stderr
+    run = tmp_path / "shared"
+    assert [int(r["epoch"]) for r in summary(run)] == [0, 1]
+    assert "lr: 0.005" in (run / "config.yaml").read_text()  # the first run's config, not the second's
+
+
+@pytest.mark.cpu_only(reason="folder naming is host-side")
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
+    from vtools.run_lock import reserve_new_folder
+
+    first = reserve_new_folder(tmp_path, "test_resnet-20261130-120000")
+    second = reserve_new_folder(tmp_path, "test_resnet-20261130-120000")
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name == "test_resnet-20261130-120000-2"

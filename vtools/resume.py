@@ -24,6 +24,7 @@ from vtools.checkpoint import BEST, LAST, CheckpointManager, native_rng, portabl
 from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.files import atomic_write
 from vtools.models import check_state_dict_fits, unwrap
+from vtools.run_lock import reserve_new_folder
 from vtools.training import EpochResult, TrainComponents
 
 STATE_VERSION = 2
@@ -88,7 +89,7 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
 
 
 def _new_folder(output: Path, stem: str) -> Path:
-    return output / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return reserve_new_folder(output, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def rank_state(device: torch.device, result: EpochResult | None = None) -> dict[str, Any]:
