@@ -23,7 +23,7 @@ from timm.layers import convert_sync_batchnorm
 from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
-from vtools.checkpoint import BEST, CheckpointManager, load_training_state
+from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
 from vtools.cli import (add_data_source_args, add_device_args, add_model_args, add_preprocess_args, check_positive,
                         preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
@@ -36,7 +36,7 @@ from vtools.resume import (Position, RunFolder, carry_best_checkpoint, choose_ru
                            training_state)
 from vtools.run_lock import owned_folder
 from vtools.sampling import EpochSampler, SeededSamples
-from vtools.training import EpochResult, StopRequest, TrainComponents, train_one_epoch
+from vtools.training import EpochResult, StopRequest, TrainComponents, exit_code, train_one_epoch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -339,7 +339,13 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
             result, num_updates = train_one_epoch(
                 parts, loaders.train, epoch, num_updates, args.log_interval, stop, show_progress=dist_info.is_main,
                 start_step=first_step, carried=position.carried if resuming else (0.0, 0))
-            if result.interrupted:
+            validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
+            metrics = None
+            if validates and not result.interrupted:
+                metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp,
+                                   desc=f"validate {epoch}", show_progress=dist_info.is_main,
+                                   should_stop=None if dist_info.enabled else (lambda: stop.requested))
+            if result.interrupted or (validates and metrics is None):  # stopped mid-epoch or mid-validation
                 where = Position(epoch, result.completed_steps, num_updates)
                 state = training_state(args, parts, where, classes, device, dist_info, result)
                 if dist_info.is_main:
@@ -348,11 +354,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                     say(f"{stop.signal_name}: saved a resumable checkpoint at epoch {epoch} step "
                         f"{result.completed_steps} to {path}; continue with --resume {path}")
                 barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
-                return 130 if stop.signal_name == "SIGINT" else 143
-            metrics = None
-            if (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs:
-                metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp,
-                                   desc=f"validate {epoch}", show_progress=dist_info.is_main)
+                return exit_code(stop.signal_name)
             lr_used = recipe.mean_lr(parts.optimizer)  # before the step: the rate this epoch trained with
             metric = getattr(metrics, args.eval_metric) if metrics is not None else None
             if parts.scheduler is not None:
@@ -364,6 +366,10 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                     best = manager.save(state, epoch, metric)
                     write_rows(out_dir / "summary.csv", summary_rows, "csv")
                 say(epoch_line(epoch, result, metrics, best))
+            if stop.agreed(now=True):  # a signal during validation (torchrun) or the save: this epoch is saved
+                say(f"{stop.signal_name}: stopping after epoch {epoch}, saved in {out_dir / LAST}; continue "
+                    "with --resume auto")
+                return exit_code(stop.signal_name)
     if dist_info.is_main:
         exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
         say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "

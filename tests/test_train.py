@@ -129,19 +129,21 @@ def test_resume_after_epoch_matches_uninterrupted(device_type: str, amp_dtype: s
     reason="signal and --resume auto bookkeeping are host-side; exact npu resume: "
            "test_resume_after_epoch_matches_uninterrupted")
 def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_path: Path) -> None:
-    """SIGTERM mid-epoch writes a checkpoint; re-running the same command (no --experiment: the folder is
-    timestamped) with --resume auto finds that run, ends with the uninterrupted weights, and the
+    """SIGTERM to the process group mid-epoch (loader workers leave it to the main process) writes a
+    checkpoint; re-running the same command (no --experiment: the folder is timestamped) with --resume
+    auto finds that run, ends with the uninterrupted weights, and the
     interrupted epoch's train_loss covers the whole epoch."""
     common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1", "--resume", "auto"]
     args = train_args(fashion4, tmp_path / "out", None, *common)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:  # signal during epoch 1
         if line.startswith("epoch 0:"):
             break
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)  # the whole process group, loader workers too, as a scheduler does
     stdout, stderr = proc.communicate(timeout=300)
+    assert "killed by signal" not in stderr
     if proc.returncode == 0:
         pytest.skip("the run finished before the signal arrived")
     assert proc.returncode == 143, stderr
@@ -466,3 +468,58 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -
     second = reserve_new_folder(tmp_path, "test_resnet-20261130-120000")
     assert first != second and first.is_dir() and second.is_dir()
     assert second.name == "test_resnet-20261130-120000-2"
+
+
+# ---------------------------------------------------------------- signals during validation, and twice
+
+
+def _train_in_process(data: Path, out: Path, name: str, *extra: str) -> int:
+    import train
+
+    return train.main(train_args(data, out, name, "--device", "cpu", "--epochs", "2", "--workers", "0",
+                                 *extra)[1:])
+
+
+def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: int) -> None:
+    """Deliver SIGTERM ``times`` times to this process when validation of ``epoch`` starts."""
+    import train
+
+    real = train.evaluate
+
+    def evaluate(*args, **kwargs):
+        if kwargs.get("desc") == f"validate {epoch}":
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "evaluate", evaluate)
+
+
+@pytest.mark.cpu_only(
+    reason="signal handling is host-side; npu resume: test_resume_after_epoch_matches_uninterrupted")
+def test_sigterm_during_the_last_validation_saves_and_resumes(fashion4: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _train_in_process(fashion4, tmp_path, "reference") == 0
+    with monkeypatch.context() as patch:
+        _signal_at_validation(patch, epoch=1, times=1)
+        assert _train_in_process(fashion4, tmp_path, "stopped") == 143
+    state = torch.load(tmp_path / "stopped" / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert (state["epoch"], state["step_in_epoch"]) == (1, 7)  # all 7 steps trained, validation not done
+    assert [int(r["epoch"]) for r in summary(tmp_path / "stopped")] == [0]
+    assert _train_in_process(fashion4, tmp_path, "stopped", "--resume", "auto") == 0
+    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"),
+                        weights(tmp_path / "stopped" / "last.pth.tar"))
+    ours, theirs = summary(tmp_path / "stopped"), summary(tmp_path / "reference")
+    assert [r["eval_top1"] for r in ours] == [r["eval_top1"] for r in theirs]
+    assert float(ours[1]["train_loss"]) == pytest.approx(float(theirs[1]["train_loss"]), rel=1e-6)
+
+
+@pytest.mark.cpu_only(reason="signal handling is host-side")
+def test_a_second_sigterm_stops_at_once_with_the_same_code(fashion4: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _signal_at_validation(monkeypatch, epoch=1, times=2)
+    with pytest.raises(SystemExit) as stopped:
+        _train_in_process(fashion4, tmp_path, "twice")
+    assert stopped.value.code == 143
+    state = torch.load(tmp_path / "twice" / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert state["epoch"] == 1  # epoch 0's checkpoint is intact

@@ -13,8 +13,9 @@ counted skip).
 from __future__ import annotations
 
 import glob
-import sys
 import os
+import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,6 +280,14 @@ def image_mode(data_config: dict[str, Any]) -> str:
     return "L" if data_config["input_size"][0] == 1 else "RGB"
 
 
+def leave_signals_to_main(worker_id: int) -> None:
+    """Loader workers ignore SIGINT/SIGTERM: a batch scheduler signals the whole process group, and the
+    main process must live to save a checkpoint (a worker dying first would crash it instead). Workers
+    still end with the main process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None = None,
                 sampler: Sampler | None = None, drop_last: bool = False,
                 persistent: bool = True, seed: int = 0) -> DataLoader:
@@ -290,7 +299,7 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers
     streams of a resumed run, whose first validation comes at another moment.
     """
     workers = default_workers() if workers is None else workers
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, worker_init_fn=leave_signals_to_main,
                       num_workers=workers, collate_fn=collate, pin_memory=dev.pin_memory(device),
                       drop_last=drop_last, persistent_workers=persistent and workers > 0,
                       prefetch_factor=4 if workers > 0 else None, generator=torch.Generator().manual_seed(seed))

@@ -41,14 +41,21 @@ def topk_correct(logits: torch.Tensor, targets: torch.Tensor, ks: tuple[int, ...
 @torch.inference_mode()
 def evaluate(model: torch.nn.Module, loader: Iterable, device: torch.device, amp: AmpPolicy,
              desc: str = "validate", show_progress: bool = True,
-             log: Callable[[str], None] | None = None, log_freq: int = 0) -> EvalResult:
-    """Top-1, top-5 and mean cross-entropy over ``loader`` (summed over ranks)."""
+             log: Callable[[str], None] | None = None, log_freq: int = 0,
+             should_stop: Callable[[], bool] | None = None) -> EvalResult | None:
+    """Top-1, top-5 and mean cross-entropy over ``loader`` (summed over ranks).
+
+    ``should_stop`` (a single process only: ranks would part ways) is asked
+    between batches; when it says yes the pass ends early and returns None.
+    """
     model.eval()
     totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
     count = 0  # known on the host: no device sync per batch
     start = time.perf_counter()
     bar = progress(loader, desc, total=len(loader) if hasattr(loader, "__len__") else None, enabled=show_progress)
     for step, batch in enumerate(bar):
+        if should_stop is not None and should_stop():
+            return None
         if batch.images.numel() == 0:
             continue
         with amp.autocast():

@@ -8,6 +8,7 @@ names the exact step where training broke.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -51,8 +52,10 @@ class StopRequest:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal_name is not None and not self._shielded:  # a second signal: stop now
-            raise KeyboardInterrupt
+        if self.signal_name is not None and not self._shielded:  # a second signal: stop now, same code
+            print(f"{signal.Signals(signum).name} again: stopping without waiting for a checkpoint",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(exit_code(self.signal_name))
         self.signal_name = self.signal_name or signal.Signals(signum).name
 
     @contextmanager
@@ -68,14 +71,20 @@ class StopRequest:
     def requested(self) -> bool:
         return self.signal_name is not None
 
-    def agreed(self, num_updates: int) -> bool:
-        """Whether every rank stops after update ``num_updates`` (always False between check points)."""
-        if num_updates % self.check_every:
+    def agreed(self, num_updates: int = 0, now: bool = False) -> bool:
+        """Whether every rank stops after update ``num_updates`` (always False between check points),
+        or, with ``now``, at this point that every rank reaches (after validation)."""
+        if num_updates % self.check_every and not now:
             return False
         stop = any_rank(self.requested, self.device)
         if stop and self.signal_name is None:
             self.signal_name = "SIGTERM"  # another rank's signal: leave as it would
         return stop
+
+
+def exit_code(signal_name: str | None) -> int:
+    """128 + the signal's number, as a shell reports a process a signal ended: 130 SIGINT, 143 SIGTERM."""
+    return 128 + int(getattr(signal, signal_name or "SIGTERM"))
 
 
 @dataclass
