@@ -523,3 +523,16 @@ def test_a_second_sigterm_stops_at_once_with_the_same_code(fashion4: Path, tmp_p
     assert stopped.value.code == 143
     state = torch.load(tmp_path / "twice" / "last.pth.tar", map_location="cpu", weights_only=True)
     assert state["epoch"] == 1  # epoch 0's checkpoint is intact
+
+
+@pytest.mark.cpu_only(reason="checkpoint choice is host-side")
+def test_resume_auto_falls_back_to_the_newest_intact_checkpoint(fashion4: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    assert _train_in_process(fashion4, tmp_path, "run") == 0
+    last = tmp_path / "run" / "last.pth.tar"
+    last.write_bytes(last.read_bytes()[:1000])  # truncated, e.g. by a copy that died
+    assert _train_in_process(fashion4, tmp_path, "run", "--epochs", "3", "--resume", "auto") == 0
+    out = capsys.readouterr().out
+    assert "is damaged; continuing from checkpoint-1.pth.tar" in out
+    assert "resumed from" in out and "at epoch 2, step 0" in out
+    assert [int(r["epoch"]) for r in summary(tmp_path / "run")] == [0, 1, 2]

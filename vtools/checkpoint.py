@@ -23,7 +23,7 @@ from vtools.files import atomic_write
 
 LAST = "last.pth.tar"
 BEST = "model_best.pth.tar"
-_NUMBERED = re.compile(r"^checkpoint-(\d+)\.pth\.tar$")
+NUMBERED = re.compile(r"^checkpoint-(\d+)\.pth\.tar$")
 
 
 def portable_rng(state: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +100,6 @@ class CheckpointManager:
         return atomic_write(self.folder / LAST, lambda stream: stream.write(payload))
 
     def _prune(self) -> None:
-        numbered = sorted((int(m.group(1)), p) for p in self.folder.iterdir() if (m := _NUMBERED.match(p.name)))
+        numbered = sorted((int(m.group(1)), p) for p in self.folder.iterdir() if (m := NUMBERED.match(p.name)))
         for _, path in numbered[:-self.keep]:
             path.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from vtools import device as dev
-from vtools.checkpoint import BEST, LAST, CheckpointManager, native_rng, portable_rng
+from vtools.checkpoint import BEST, LAST, NUMBERED, CheckpointManager, native_rng, portable_rng
 from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.files import atomic_write
 from vtools.models import check_state_dict_fits, unwrap
@@ -74,7 +75,7 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
         return RunFolder(named or _new_folder(output, stem), None)
     if named is not None:
         if (named / LAST).is_file():
-            return RunFolder(named, named / LAST)
+            return _continue(named, "")
         return RunFolder(named, None, f"--resume auto: no checkpoint in {named} yet, starting from scratch")
     earlier = [folder for folder in output.glob(f"{stem}-*") if (folder / LAST).is_file()] if output.is_dir() else []
     if not earlier:
@@ -85,7 +86,31 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     note = f"--resume auto: continuing {newest}, the newest run of {args.model} in {output}"
     if len(earlier) > 1:
         note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
-    return RunFolder(newest, newest / LAST, note)
+    return _continue(newest, note)
+
+
+def _continue(folder: Path, note: str) -> RunFolder:
+    """Resume ``folder`` from last.pth.tar, or, when that file is damaged, from the newest intact
+    numbered checkpoint (saying so)."""
+    if is_intact(folder / LAST):
+        return RunFolder(folder, folder / LAST, note)
+    numbered = sorted(((int(m.group(1)), path) for path in folder.glob("checkpoint-*.pth.tar")
+                       if (m := NUMBERED.match(path.name))), reverse=True)
+    for _, path in numbered:
+        if is_intact(path):
+            fallback = f"--resume auto: {folder / LAST} is damaged; continuing from {path.name}"
+            return RunFolder(folder, path, f"{note}; {fallback}" if note else fallback)
+    return RunFolder(folder, folder / LAST, note)  # nothing intact: loading it names the damage
+
+
+def is_intact(path: Path) -> bool:
+    """Whether a checkpoint's archive opens (a truncated or overwritten file does not): cheap, it reads
+    only the archive's directory."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _new_folder(output: Path, stem: str) -> Path:
