@@ -15,8 +15,8 @@ from typing import Any
 import vtools  # noqa: F401  (guards `import torch` against broken device backends)
 
 from vtools import data as vdata
-from vtools.cli import (add_data_source_args, add_device_args, add_loader_args, add_model_args, add_preprocess_args, check_positive,
-                        preprocess_overrides, setup_runtime)
+from vtools.cli import (OneLineParser, check_values, add_data_source_args, add_device_args, add_loader_args,
+                        add_model_args, add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
 from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
 from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
@@ -26,7 +26,7 @@ CONSOLE_ROWS = 50
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
     add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
     add_model_args(parser)
@@ -89,6 +89,7 @@ def make_rows(args: argparse.Namespace, paths: list[Path], outputs: list[tuple],
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_values(args)
     runtime = setup_runtime(args)
     source = args.data or args.data_dir
     if not source:

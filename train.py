@@ -24,8 +24,8 @@ from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
 from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
-from vtools.cli import (add_data_source_args, add_device_args, add_model_args, add_preprocess_args, check_positive,
-                        preprocess_overrides, setup_runtime)
+from vtools.cli import (OneLineParser, check_values, add_data_source_args, add_device_args, add_model_args,
+                        add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed, shutdown
 from vtools.engine import EvalResult, evaluate
@@ -40,7 +40,7 @@ from vtools.training import EpochResult, StopRequest, TrainComponents, exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
     group = parser.add_argument_group("data")
     add_data_source_args(group, "DIR", "root holding the train and validation folders (one sub-folder per class)")
@@ -208,6 +208,7 @@ def wrap_dataset(source: Any, transform: Any, mode: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_with_config(build_parser(), argv)
+    check_values(args)
     runtime = setup_runtime(args)
     _check_args(args)
     if args.sync_bn and runtime.device.type == "cpu":

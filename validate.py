@@ -19,8 +19,8 @@ import vtools  # noqa: F401  (guards `import torch` against broken device backen
 import timm
 
 from vtools import data as vdata
-from vtools.cli import (Runtime, add_data_source_args, add_device_args, add_loader_args, add_model_args, add_preprocess_args,
-                        check_positive, preprocess_overrides, setup_runtime)
+from vtools.cli import (OneLineParser, check_values, Runtime, add_data_source_args, add_device_args, add_loader_args,
+                        add_model_args, add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import check_writable, format_table, write_rows
@@ -30,7 +30,7 @@ CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
     add_data_source_args(group, "DIR", "image folder with one sub-folder per class (or a root holding the --split "
                                        "folder)")
@@ -135,6 +135,7 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_values(args)
     runtime = setup_runtime(args)
     check_positive(args.batch_size, "--batch-size")
     if args.results_file:

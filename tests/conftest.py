@@ -76,9 +76,14 @@ def run_script(args: list[str], env: dict[str, str] | None = None, timeout: floa
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
-    """Exit code 2, exactly one line on stderr, no traceback, and the expected words."""
+    """Exit code 2 (unusable input), exactly one line on stderr, no traceback, and the expected words."""
+    return assert_one_line_error(proc, 2, *fragments)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    """Exit ``code``, exactly one line on stderr, no traceback, and the expected words."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     for fragment in fragments:

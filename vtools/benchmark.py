@@ -31,8 +31,10 @@ MODES = ("model", "vtools", "baseline")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vtools bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from vtools.cli import OneLineParser  # here, not at the top: the parent process stays light
+
+    parser = OneLineParser(prog="python -m vtools bench", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet18", help="timm model (default: resnet18, 224 px)")
     parser.add_argument("--data", default="data/fashion-mnist-mini", help="image folder with train/ and val/")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)

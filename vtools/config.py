@@ -26,10 +26,16 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with one-line errors for missing or malformed files."""
     file = Path(path)
+    if file.is_dir():
+        raise UsageError(f"config {path} is a folder, not a YAML file")
     if not file.is_file():
         raise UsageError(f"config {path} does not exist")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_StrictLoader) or {}
+    except UnicodeDecodeError as err:
+        raise UsageError(f"config {path} is not UTF-8 text (byte {err.start})") from err
+    except UsageError as err:  # a duplicate key
+        raise UsageError(f"config {path}: {err}") from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -37,6 +43,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a mapping of option: value")
     return data
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise UsageError(f"key '{key}' is given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
@@ -53,6 +72,8 @@ def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
             raise wrong("true, false or null")
         return value
     if value is None:
+        if action.default is not None:  # null cannot stand for a value the option always has
+            raise UsageError(f"config {source}: key '{key}' expects {_expected(action)}, got null")
         return None
     if isinstance(action.default, dict):  # --model-kwargs key=value pairs: a mapping in YAML
         if not isinstance(value, dict):
@@ -72,6 +93,8 @@ def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
 
 def _coerce_scalar(value: Any, action: argparse.Action, wrong: Any) -> Any:
     kind = action.type
+    if kind is float and isinstance(value, str):
+        value = _yaml11_number(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
     if kind in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise wrong("an integer" if kind is int else "a number")
@@ -85,6 +108,19 @@ def _coerce_scalar(value: Any, action: argparse.Action, wrong: Any) -> Any:
     if action.choices is not None and value not in action.choices:
         raise wrong(f"one of {', '.join(map(str, action.choices))}")
     return value
+
+
+def _yaml11_number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _expected(action: argparse.Action) -> str:
+    if action.nargs in ("*", "+") or isinstance(action.nargs, int):
+        return "a list"
+    return {int: "an integer", float: "a number"}.get(action.type, "a value")
 
 
 def yaml_defaults(parser: argparse.ArgumentParser, data: dict[str, Any], source: str) -> dict[str, Any]:

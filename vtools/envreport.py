@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from vtools import device as dev
+from vtools.cli import OneLineParser
 from vtools.amp import resolve_amp
 
 ENV_VARS = (
@@ -76,7 +77,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtools env", description=__doc__)
+    parser = OneLineParser(prog="python -m vtools env", description=__doc__)
     parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
     parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
     args = parser.parse_args(argv)

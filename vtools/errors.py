@@ -14,20 +14,25 @@ from collections.abc import Callable
 from typing import NoReturn
 
 EXIT_USAGE = 2
+EXIT_RUN_FAILED = 3
 
 
 class UsageError(Exception):
     """An error the user can fix; reported as one line, exit code 2."""
 
 
-def fail(message: str, prog: str | None = None) -> NoReturn:
-    """Print ``prog: error: message`` as a single line and exit with code 2."""
+class RunFailed(Exception):
+    """The input was fine but the run failed on its own (a diverged loss); one line, exit code 3."""
+
+
+def fail(message: str, prog: str | None = None, code: int = EXIT_USAGE) -> NoReturn:
+    """Print ``prog: error: message`` as a single line and exit with ``code`` (2: unusable input)."""
     if prog is None:
         prog = os.path.basename(sys.argv[0] or "vtools")
         prog = "vtools" if prog == "__main__.py" else prog
     one_line = " ".join(str(message).split())
     print(f"{prog}: error: {one_line}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_USAGE)
+    raise SystemExit(code)
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
@@ -36,6 +41,8 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         code = main(argv)
     except UsageError as err:
         fail(str(err))
+    except RunFailed as err:
+        fail(str(err), code=EXIT_RUN_FAILED)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None

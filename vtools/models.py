@@ -100,9 +100,12 @@ def _check_model_folder(folder: Path) -> None:
     if not (folder / "config.json").is_file():
         raise UsageError(f"model folder {folder} has no config.json")
     try:
-        json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise UsageError(f"model folder {folder}: config.json is not valid JSON ({err})") from err
+    if not isinstance(config, dict):
+        raise UsageError(f"model folder {folder}: config.json must hold an object (timm's model config), "
+                         f"not a {type(config).__name__}")
 
 
 def _unknown_model_message(name: str) -> str:
@@ -127,6 +130,8 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"checkpoint {path} does not exist")
+    if path.stat().st_size == 0:
+        raise UsageError(f"checkpoint {path} is empty (0 bytes)")
     if path.suffix == ".safetensors":
         try:
             state = load_file(str(path), device=str(device))
@@ -138,12 +143,24 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
             warnings.simplefilter("ignore")
-            checkpoint = torch.load(path, map_location=device, weights_only=True)
+            with torch.serialization.safe_globals(timm_checkpoint_globals()):
+                checkpoint = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
         raise UsageError(_unpickling_message(path, err)) from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise UsageError(f"checkpoint {path} is not a readable PyTorch checkpoint ({str(err).splitlines()[0]})") from err
     return _select_weights(checkpoint, path, use_ema)
+
+
+def timm_checkpoint_globals() -> list[Any]:
+    """The harmless types timm's CheckpointSaver pickles beside the weights: its argparse.Namespace and
+    numpy scalars (a metric). Allowing them keeps ``weights_only`` loading on: none of them runs code."""
+    import argparse
+
+    import numpy as np
+
+    scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+    return [argparse.Namespace, scalar, np.dtype, *(type(np.dtype(kind)) for kind in ("float64", "float32", "int64"))]
 
 
 def _unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:

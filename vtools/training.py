@@ -21,7 +21,7 @@ from timm.utils import dispatch_clip_grad
 
 from vtools.amp import AmpPolicy
 from vtools.distributed import all_reduce_sum, any_rank
-from vtools.errors import UsageError
+from vtools.errors import RunFailed
 from vtools.models import unwrap
 from vtools.progress import progress
 
@@ -134,7 +134,7 @@ def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int
     bad = (~torch.isfinite(values)).nonzero()
     if bad.numel():
         step = first_step + int(bad[0, 0])
-        raise UsageError(f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
+        raise RunFailed(f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
                          f"epoch {epoch} step {step}; lower --lr, add --clip-grad, or use --amp-dtype bfloat16")
 
 
