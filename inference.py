@@ -70,7 +70,9 @@ def make_rows(args: argparse.Namespace, paths: list[Path], outputs: list[tuple],
     for indices, scores, classes in outputs:
         for row_index, dataset_index in enumerate(indices.tolist()):
             path = paths[dataset_index]
-            row: dict[str, Any] = {"filename": str(path) if args.fullname else path.name}
+            name = str(path) if args.fullname else path.name
+            # a name that is not UTF-8 (bytes Python keeps as surrogates) is written with escapes
+            row: dict[str, Any] = {"filename": name.encode("utf-8", "backslashreplace").decode("utf-8")}
             values = [round(v, 6) for v in scores[row_index].tolist()]
             if classes is None:  # --topk 0: the full vector, one column per class
                 names = labels or [str(i) for i in range(len(values))]

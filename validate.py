@@ -122,6 +122,8 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     model = prepare_for_eval(model, channels_last, args.torchcompile)
     result = evaluate(model, loader, runtime.device, runtime.amp, desc=Path(model_name).name,
                       log=print, log_freq=args.log_freq)
+    if result.count == 0:
+        raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
     return {
         "model": model_name, "top1": round(result.top1, 4), "top1_err": round(100 - result.top1, 4),
         "top5": round(result.top5, 4), "top5_err": round(100 - result.top5, 4),

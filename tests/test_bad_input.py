@@ -7,6 +7,7 @@ download, so a check that came after model creation would show up as a network e
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import timm
 import torch
 
-from tests.conftest import REPO, assert_usage_error, run_script
+from tests.conftest import REPO, assert_usage_error, run_script, write_model_folder
 
 pytestmark = pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 
@@ -117,3 +118,125 @@ def test_checkpoint_written_by_timms_checkpoint_saver_validates(tmp_path: Path) 
                        str(tmp_path / "r.csv")])
     assert proc.returncode == 0, proc.stderr
     assert "on 300 images" in proc.stdout
+
+
+# ---------------------------------------------------------------- images that used to go wrong silently
+
+
+def test_16_bit_images_are_scaled_and_float_images_refused(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from vtools.data import BadSample, open_image
+
+    sixteen = tmp_path / "deep.png"
+    Image.fromarray(np.array([[0, 32896, 65535]], dtype=np.uint16)).save(sixteen)
+    assert np.asarray(open_image(sixteen, "L")).tolist() == [[0, 128, 255]]  # not clipped to 255
+    floating = tmp_path / "float.tif"
+    Image.fromarray(np.array([[0.25, 0.5]], dtype=np.float32)).save(floating)
+    refused = open_image(floating, "RGB")
+    assert isinstance(refused, BadSample) and "floating-point" in refused.reason
+
+
+def test_decompression_bomb_is_a_bad_image_not_a_crash(tmp_path: Path) -> None:
+    from PIL import Image
+
+    folder = tmp_path / "val" / "bag"
+    folder.mkdir(parents=True)
+    shutil.copy(next((DATA / "val" / "bag").glob("*.png")), folder / "good.png")
+    Image.new("1", (10_000, 10_000)).save(folder / "bomb.png")  # 100 M pixels: above PIL's limit
+    model = write_model_folder(tmp_path / "model", 1, ["bag"])
+    proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu"])
+    assert_usage_error(proc, "bomb.png", "DecompressionBomb")
+    proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu",
+                       "--on-bad-image", "skip"])
+    assert proc.returncode == 0, proc.stderr
+    assert "on 1 images" in proc.stdout
+
+
+def test_macos_resource_forks_are_not_images(tmp_path: Path) -> None:
+    from vtools.data import find_images
+
+    (tmp_path / "photo.png").write_bytes((next((DATA / "val" / "bag").glob("*.png"))).read_bytes())
+    (tmp_path / "._photo.png").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    assert [p.name for p in find_images(str(tmp_path))] == ["photo.png"]
+
+
+def test_a_validation_with_every_image_skipped_is_an_error(tmp_path: Path) -> None:
+    folder = tmp_path / "val" / "bag"
+    folder.mkdir(parents=True)
+    (folder / "broken.png").write_bytes(b"not a png")
+    model = write_model_folder(tmp_path / "model", 1, ["bag"])
+    proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu",
+                       "--on-bad-image", "skip"])
+    lines = proc.stderr.strip().splitlines()  # the skip warning, then the error
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert lines[0].startswith("warning: skipped unreadable image") and len(lines) == 2
+    assert "no image could be read (1 skipped)" in lines[1]
+
+
+def test_integer_weights_do_not_load_into_a_float_model(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.to(torch.int64) if v.is_floating_point() else v
+             for k, v in timm.create_model("test_resnet", num_classes=10).state_dict().items()}
+    save_file(state, str(tmp_path / "ints.safetensors"))
+    proc = run_script(["validate.py", str(DATA / "val"), "--model", "test_resnet", "--num-classes", "10",
+                       "--checkpoint", str(tmp_path / "ints.safetensors"), "--device", "cpu"])
+    assert_usage_error(proc, "integer vs floating-point", "torch.int64 vs torch.float32")
+
+
+def test_results_files_follow_the_umask_and_odd_file_names(tmp_path: Path) -> None:
+    import os
+
+    import pandas as pd
+
+    images = tmp_path / "imgs"
+    images.mkdir()
+    odd = os.fsencode(str(images)) + b"/caf\xe9.png"  # a Latin-1 name: not UTF-8
+    with open(odd, "wb") as handle:
+        handle.write(next((DATA / "val" / "bag").glob("*.png")).read_bytes())
+    model = write_model_folder(tmp_path / "model", 2, ["bag", "coat"])
+    proc = run_script(["inference.py", str(images), "--model", str(model), "--device", "cpu", "--results-dir",
+                       str(tmp_path / "out"), "--topk", "1"])
+    assert proc.returncode == 0, proc.stderr
+    written = tmp_path / "out" / "model-topk1.csv"
+    assert pd.read_csv(written)["filename"].tolist() == ["caf\\udce9.png"]
+    assert written.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    import os
+
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+# ---------------------------------------------------------------- resume input
+
+
+def test_resume_with_a_pickle_that_runs_code_says_so(tmp_path: Path) -> None:
+    import os
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    evil = tmp_path / "evil.pth.tar"
+    evil.write_bytes(pickle.dumps({"state_dict": Payload()}, protocol=2))
+    proc = run_script(["train.py", "--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu",
+                       "--resume", str(evil), "--output", str(tmp_path / "out")])
+    assert_usage_error(proc, "--resume", "refused: loading it would run code")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_resume_with_a_damaged_summary_is_one_line(tmp_path: Path) -> None:
+    import train
+
+    args = ["--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu", "--workers", "0", "--img-size",
+            "28", "--output", str(tmp_path), "--experiment", "run", "--epochs", "1", "--batch-size", "200"]
+    assert train.main(args) == 0
+    (tmp_path / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
+    proc = run_script(["train.py", *args, "--epochs", "2", "--resume", "auto"])
+    assert_usage_error(proc, "summary.csv is damaged")

@@ -10,6 +10,7 @@ scripts read it with ``--checkpoint``.
 from __future__ import annotations
 
 import io
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.files import atomic_write
+from vtools.models import unpickling_message
 
 LAST = "last.pth.tar"
 BEST = "model_best.pth.tar"
@@ -53,7 +55,9 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"--resume {path}: no such checkpoint")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # unpickling, truncation, not a zip: all mean "not a checkpoint of ours"
+    except pickle.UnpicklingError as err:  # refused: it would run code, or not a checkpoint at all
+        raise UsageError(f"--resume {unpickling_message(file, err)}") from err
+    except Exception as err:  # truncation, not a zip: all mean "not a checkpoint of ours"
         reason = str(err).strip().splitlines()[-1][:160] if str(err).strip() else type(err).__name__
         raise UsageError(f"--resume {path}: not a readable training checkpoint ({reason})") from err
     missing = [key for key in ("state_dict", "optimizer", "epoch", "rng") if key not in state]

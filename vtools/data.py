@@ -16,11 +16,13 @@ import glob
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torchvision
 from PIL import Image, UnidentifiedImageError
@@ -66,13 +68,30 @@ def default_workers() -> int:
 
 
 def open_image(path: str | os.PathLike, mode: str) -> Image.Image | BadSample:
-    """Decode an image fully (so truncation is caught here), or describe why not."""
+    """Decode an image fully (so truncation is caught here), or describe why not. A decompression bomb
+    (more pixels than PIL's limit) is a bad image, and so is a float image, which has no 8-bit meaning;
+    16-bit images are scaled to 8 bits rather than clipped."""
     try:
-        with Image.open(path) as img:
-            img.load()
-            return img.convert(mode)
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as err:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                img.load()
+                return _to_8_bit(img).convert(mode)
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning) as err:
         return BadSample(str(path), f"{type(err).__name__}: {err}".splitlines()[0])
+
+
+def _to_8_bit(img: Image.Image) -> Image.Image:
+    """PIL's convert() clips 16-bit values at 255; scale them instead. Float images are refused."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        values = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") else max(float(values.max()), 1.0)
+        return Image.fromarray(np.round(values * (255.0 / top)).clip(0, 255).astype(np.uint8), mode="L")
+    if img.mode == "F":
+        raise ValueError(f"{img.mode}-mode (floating-point) images have no 8-bit meaning; convert them to "
+                         "8 or 16 bits first")
+    return img
 
 
 class ImageFiles(Dataset):
@@ -145,7 +164,8 @@ def collate(items: list[tuple[Any, ...]]) -> Batch:
 
 
 def is_image(path: Path) -> bool:
-    return path.suffix.lower() in IMAGE_EXTENSIONS
+    """An image by its extension; macOS's ``._name`` resource forks (copied along by archivers) are not."""
+    return path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith("._")
 
 
 def find_images(source: str) -> list[Path]:

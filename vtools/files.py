@@ -41,6 +41,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing, as open() would
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -48,8 +49,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     return target
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8")))
+    """UTF-8 text; characters that cannot be encoded (a file name that is not UTF-8) are escaped."""
+    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8", errors="backslashreplace")))
 
 
 def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:

@@ -146,7 +146,7 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
             with torch.serialization.safe_globals(timm_checkpoint_globals()):
                 checkpoint = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
-        raise UsageError(_unpickling_message(path, err)) from err
+        raise UsageError(unpickling_message(path, err)) from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise UsageError(f"checkpoint {path} is not a readable PyTorch checkpoint ({str(err).splitlines()[0]})") from err
     return _select_weights(checkpoint, path, use_ema)
@@ -163,7 +163,7 @@ def timm_checkpoint_globals() -> list[Any]:
     return [argparse.Namespace, scalar, np.dtype, *(type(np.dtype(kind)) for kind in ("float64", "float32", "int64"))]
 
 
-def _unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
+def unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
     """Say whether torch's safe unpickler refused code, or the file is simply not a checkpoint."""
     boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
     lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(boilerplate)]
@@ -202,8 +202,12 @@ def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tens
     unexpected = [k for k in state if k not in expected]
     mismatched = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
                   if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    # load_state_dict would cast integer weights into float parameters without a word
+    kinds = [f"{k} {state[k].dtype} vs {v.dtype}" for k, v in expected.items()
+             if k in state and v.is_floating_point() != state[k].is_floating_point()]
     problems = []
-    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched)):
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched),
+                         ("integer vs floating-point", kinds)):
         if items:
             shown = ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
             problems.append(f"{label}: {shown}")

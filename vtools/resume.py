@@ -23,6 +23,7 @@ import torch
 from vtools import device as dev
 from vtools.checkpoint import BEST, LAST, NUMBERED, CheckpointManager, native_rng, portable_rng
 from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
+from vtools.errors import UsageError
 from vtools.files import atomic_write
 from vtools.models import check_state_dict_fits, unwrap
 from vtools.run_lock import reserve_new_folder
@@ -216,5 +217,9 @@ def read_summary(out_dir: Path, resume_path: Path | None, before_epoch: int) -> 
         path = resume_path.parent / "summary.csv"
     if resume_path is None or not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
+    except (KeyError, TypeError, ValueError, csv.Error) as err:  # UnicodeDecodeError is a ValueError
+        raise UsageError(f"{path} is damaged ({type(err).__name__}: {err}); repair it, or move it away to "
+                         "resume without the earlier epochs' rows") from err
