@@ -240,3 +240,55 @@ def test_resume_with_a_damaged_summary_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
     proc = run_script(["train.py", *args, "--epochs", "2", "--resume", "auto"])
     assert_usage_error(proc, "summary.csv is damaged")
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def _file_size_limit(limit: int):
+    """preexec_fn: files may grow to ``limit`` bytes, and past it a write fails (EFBIG) instead of the
+    process being killed — what a full disk or a quota looks like to the program."""
+    def apply() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _run_limited(args: list[str], limit: int) -> object:
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, *args], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=600, preexec_fn=_file_size_limit(limit))
+
+
+def test_full_disk_while_writing_results_keeps_them_on_the_console(tmp_path: Path) -> None:
+    from tests.conftest import assert_one_line_error
+
+    results = tmp_path / "results.csv"
+    results.write_text("an earlier run's results\n")
+    model = write_model_folder(tmp_path / "m", 10)
+    proc = _run_limited(["validate.py", str(DATA / "val"), "--model", str(model), "--device", "cpu",
+                         "--workers", "0", "--results-file", str(results)], limit=60)
+    assert_one_line_error(proc, 3, f"could not write {results}", "the previous version is intact")
+    assert "Acc@1" in proc.stdout and "top1" in proc.stdout  # the numbers were printed before the write
+    assert results.read_text() == "an earlier run's results\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_full_disk_while_saving_a_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
+    from tests.conftest import assert_one_line_error
+
+    args = ["train.py", "--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu", "--workers", "0",
+            "--img-size", "28", "--output", str(tmp_path), "--experiment", "run", "--batch-size", "200"]
+    assert run_script([*args, "--epochs", "1"]).returncode == 0
+    last = tmp_path / "run" / "last.pth.tar"
+    before = last.read_bytes()
+    proc = _run_limited([*args, "--epochs", "2", "--resume", "auto"], limit=len(before) // 2)
+    assert_one_line_error(proc, 3, "could not write", "the previous version is intact")
+    assert last.read_bytes() == before
+    assert torch.load(last, map_location="cpu", weights_only=True)["epoch"] == 1

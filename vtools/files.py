@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from vtools.errors import UsageError
+from vtools.errors import RunFailed, UsageError
 
 RESULT_FORMATS = ("csv", "json", "jsonl")
 
@@ -43,6 +43,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             os.fsync(stream.fileno())
         os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing, as open() would
         os.replace(temp, target)
+    except OSError as err:  # a full disk, a quota, a file-size limit: the old file stays as it was
+        Path(temp).unlink(missing_ok=True)
+        kept = "the previous version is intact" if target.exists() else "nothing was written"
+        raise RunFailed(f"could not write {target} ({err.strerror or err}); {kept}") from err
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
