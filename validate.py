@@ -85,6 +85,17 @@ def expand_checkpoints(spec: str) -> list[str]:
     return [spec]
 
 
+def check_data_first(args: argparse.Namespace) -> None:
+    """The data folder's cheap checks (exists, has class folders, has images), before any model is
+    created or downloaded: a typo in the path must not cost a download, or a minute of retries offline."""
+    if args.dataset:
+        return  # a torchvision set is checked when it is opened
+    root = args.data or args.data_dir
+    if not root:
+        raise UsageError("give the image folder to validate (DIR or --data-dir)")
+    vdata.labelled_files(vdata.resolve_split_dir(root, args.split))
+
+
 def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
                       channels_last: bool, skipped: list[str]) -> vdata.DeviceLoader:
     """The validation set for this model, as normalized batches on the device."""
@@ -142,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     check_positive(args.batch_size, "--batch-size")
     if args.results_file:
         check_writable(args.results_file, "--results-file")
+    check_data_first(args)
     models = expand_models(args.model, args.pretrained)
     checkpoints = expand_checkpoints(args.checkpoint)
     rows = []

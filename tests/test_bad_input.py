@@ -39,6 +39,19 @@ def test_unusable_flag_values(script: str, flags: list[str], fragment: str) -> N
                        fragment)
 
 
+@pytest.mark.parametrize("make", ["missing", "empty", "no images"])
+def test_data_is_checked_before_any_model_download(make: str, tmp_path: Path) -> None:
+    """Offline, a hub model would fail as a network error after retries; the data error must come first."""
+    folder = tmp_path / "val"
+    if make != "missing":
+        folder.mkdir()
+    if make == "no images":
+        (folder / "bag").mkdir()
+    proc = run_script(["validate.py", str(folder), *NEEDS_DOWNLOAD], env={"HF_HUB_OFFLINE": "1"})
+    line = assert_usage_error(proc, str(folder))
+    assert "pretrained weights" not in line
+
+
 @pytest.mark.parametrize("flags, fragment", [
     (["--lr", "nan"], "--lr must be a finite number"),
     (["--epochz", "3"], "did you mean --epochs?"),
