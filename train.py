@@ -31,7 +31,8 @@ from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed
 from vtools.engine import EvalResult, evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write_text, check_writable, write_rows
-from vtools.models import create_model, export_model_folder, read_state_dict, unwrap, use_channels_last
+from vtools.models import (create_model, export_model_folder, read_state_dict, unwrap, use_channels_last,
+                           weights_description)
 from vtools.resume import (Position, RunFolder, carry_best_checkpoint, choose_run_folder, read_summary, restore,
                            training_state)
 from vtools.run_lock import owned_folder
@@ -327,6 +328,8 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
     say(f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
         f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
         f"{num_classes} classes, lr {lr:.4g}, {num_epochs} epochs, {dist_info.world_size} process(es) -> {out_dir}")
+    if resume_state is None:
+        say(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))
 
     summary_rows = read_summary(out_dir, run.resume, position.epoch)
     num_updates = position.num_updates

@@ -539,3 +539,22 @@ def test_resume_auto_falls_back_to_the_newest_intact_checkpoint(fashion4: Path, 
     assert "is damaged; continuing from checkpoint-1.pth.tar" in out
     assert "resumed from" in out and "at epoch 2, step 0" in out
     assert [int(r["epoch"]) for r in summary(tmp_path / "run")] == [0, 1, 2]
+
+
+@pytest.mark.cpu_only(reason="which weights are loaded is host-side; the folder loads onto npu in test_validate")
+def test_fine_tuning_from_a_model_folder_starts_from_its_weights(fashion4: Path, tmp_path: Path) -> None:
+    """A model folder is its weights (as --help says); a new class count re-heads it, and the run says so."""
+    from safetensors.torch import load_file
+
+    from tests.conftest import write_model_folder
+
+    folder = write_model_folder(tmp_path / "pretrained", 10)
+    proc = run_script(train_args(fashion4, tmp_path, "tuned", "--device", "cpu", "--model", str(folder),
+                                 "--epochs", "1", "--lr", "0", "--warmup-epochs", "0", "--min-lr", "0",
+                                 "--weight-decay", "0"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"weights from {folder}, classifier re-initialised (10 -> 4 classes)" in proc.stdout
+    start = load_file(str(folder / "model.safetensors"))
+    trained = weights(tmp_path / "tuned" / "last.pth.tar")
+    assert torch.equal(trained["conv1.0.weight"], start["conv1.0.weight"])  # lr 0: still the folder's
+    assert trained["fc.weight"].shape[0] == 4

@@ -35,6 +35,26 @@ def normalize_model_name(name: str) -> str:
     return name
 
 
+def model_folder_of(name: str) -> Path | None:
+    """The model folder ``name`` points to (a bare path or ``local-dir:``), or None."""
+    normalized = normalize_model_name(name)
+    return Path(normalized.split(":", 1)[1]) if normalized.startswith("local-dir:") else None
+
+
+def weights_description(name: str, pretrained: bool, num_classes: int, initial_checkpoint: str = "") -> str:
+    """Which weights a run starts from, and whether the classifier was re-initialised for new classes."""
+    if initial_checkpoint:
+        return f"weights from {initial_checkpoint}"
+    folder = model_folder_of(name)
+    if folder is None:
+        return f"pretrained weights of {name}" if pretrained else "random initial weights"
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    stored = config.get("num_classes")
+    if stored is not None and stored != num_classes:
+        return f"weights from {folder}, classifier re-initialised ({stored} -> {num_classes} classes)"
+    return f"weights from {folder}"
+
+
 def create_model(name: str, *, pretrained: bool = False, num_classes: int | None = None,
                  in_chans: int | None = None, model_kwargs: Mapping[str, Any] | None = None,
                  checkpoint: str | None = None, use_ema: bool = False,
@@ -43,10 +63,11 @@ def create_model(name: str, *, pretrained: bool = False, num_classes: int | None
     normalized = normalize_model_name(name)
     kwargs = {k: v for k, v in {"num_classes": num_classes, "in_chans": in_chans, **(model_kwargs or {}),
                                 **extra}.items() if v is not None}
-    folder = Path(normalized.split(":", 1)[1]) if normalized.startswith("local-dir:") else None
+    folder = model_folder_of(name)
     if folder is not None:
         _check_model_folder(folder)
-        if pretrained and (model := _from_folder_on_device(normalized, folder, kwargs, device)) is not None:
+        pretrained = True  # a model folder is its weights: they are always loaded
+        if (model := _from_folder_on_device(normalized, folder, kwargs, device)) is not None:
             if checkpoint:
                 load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
             return model
