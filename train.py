@@ -351,7 +351,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                                    should_stop=None if dist_info.enabled else (lambda: stop.requested))
             if result.interrupted or (validates and metrics is None):  # stopped mid-epoch or mid-validation
                 where = Position(epoch, result.completed_steps, num_updates)
-                state = training_state(args, parts, where, classes, device, dist_info, result)
+                state = training_state(args, parts, where, classes, device, dist_info, loaders.data_config, result)
                 if dist_info.is_main:
                     with stop.shielded():
                         path = manager.save_interrupted(state)
@@ -363,7 +363,8 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
             metric = getattr(metrics, args.eval_metric) if metrics is not None else None
             if parts.scheduler is not None:
                 parts.scheduler.step(epoch + 1, metric)  # as timm: after validation, fed its metric
-            state = training_state(args, parts, Position(epoch + 1, 0, num_updates), classes, device, dist_info)
+            state = training_state(args, parts, Position(epoch + 1, 0, num_updates), classes, device, dist_info,
+                                   loaders.data_config)
             summary_rows.append(summary_row(epoch, result, metrics, lr_used))
             if dist_info.is_main:
                 with stop.shielded():

@@ -558,3 +558,24 @@ def test_fine_tuning_from_a_model_folder_starts_from_its_weights(fashion4: Path,
     trained = weights(tmp_path / "tuned" / "last.pth.tar")
     assert torch.equal(trained["conv1.0.weight"], start["conv1.0.weight"])  # lr 0: still the folder's
     assert trained["fc.weight"].shape[0] == 4
+
+
+@pytest.mark.cpu_only(reason="preprocessing bookkeeping is host-side; npu validation: test_validate.py")
+def test_a_run_checkpoint_validates_with_the_runs_preprocessing(fashion4: Path, tmp_path: Path) -> None:
+    """validate.py --checkpoint on a run's checkpoint uses the run's data config (size, interpolation,
+    crop), not the architecture's defaults, so it reproduces the run's own numbers; flags still win."""
+    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--img-size", "40",
+                                 "--interpolation", "nearest", "--crop-pct", "0.9"))
+    assert proc.returncode == 0, proc.stderr
+    row = summary(tmp_path / "run")[0]
+    results = tmp_path / "v.json"
+    common = ["validate.py", str(fashion4 / "val"), "--model", "test_resnet", "--num-classes", "4", "--device", "cpu",
+              "--checkpoint", str(tmp_path / "run" / "last.pth.tar"), "--results-file", str(results),
+              "--results-format", "json"]
+    assert run_script(common).returncode == 0
+    validated = json.loads(results.read_text())[0]
+    assert (validated["img_size"], validated["interpolation"], validated["crop_pct"]) == (40, "nearest", 0.9)
+    assert validated["top1"] == pytest.approx(float(row["eval_top1"]), abs=1e-3)
+    assert validated["loss"] == pytest.approx(float(row["eval_loss"]), rel=1e-4)
+    assert run_script([*common, "--img-size", "48"]).returncode == 0
+    assert json.loads(results.read_text())[0]["img_size"] == 48

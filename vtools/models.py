@@ -148,6 +148,12 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
     Accepts .safetensors, timm's training checkpoints (``state_dict`` /
     ``state_dict_ema``), and plain state dicts.
     """
+    return read_checkpoint(path, use_ema, device)[0]
+
+
+def read_checkpoint(path: str | Path, use_ema: bool = False, device: torch.device | str = "cpu"
+                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """:func:`read_state_dict`, plus the preprocessing a vtools training run stored with the weights."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"checkpoint {path} does not exist")
@@ -160,7 +166,7 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
             raise UsageError(f"checkpoint {path} is not a readable safetensors file ({err})") from err
         if use_ema:
             raise UsageError(f"--use-ema: {path} is a plain safetensors file with no EMA weights")
-        return state
+        return state, None
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
             warnings.simplefilter("ignore")
@@ -170,7 +176,8 @@ def read_state_dict(path: str | Path, use_ema: bool = False, device: torch.devic
         raise UsageError(unpickling_message(path, err)) from err
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise UsageError(f"checkpoint {path} is not a readable PyTorch checkpoint ({str(err).splitlines()[0]})") from err
-    return _select_weights(checkpoint, path, use_ema)
+    data_config = checkpoint.get("data_config") if isinstance(checkpoint, Mapping) else None
+    return _select_weights(checkpoint, path, use_ema), data_config if isinstance(data_config, dict) else None
 
 
 def timm_checkpoint_globals() -> list[Any]:
@@ -210,10 +217,13 @@ def _select_weights(checkpoint: Any, path: Path, use_ema: bool) -> dict[str, tor
 
 def load_checkpoint(model: torch.nn.Module, path: str | Path, use_ema: bool = False,
                     device: torch.device | str = "cpu") -> None:
-    """Load weights into ``model``, naming every missing, unexpected or mis-shaped key."""
-    state = read_state_dict(path, use_ema=use_ema, device=device)
+    """Load weights into ``model``, naming every missing, unexpected or mis-shaped key. A checkpoint of a
+    vtools run also brings the run's preprocessing, which then comes before the model's defaults."""
+    state, data_config = read_checkpoint(path, use_ema=use_ema, device=device)
     check_state_dict_fits(model, state, str(path))
     model.load_state_dict(state, strict=True)
+    if data_config:
+        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), **data_config}
 
 
 def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:

@@ -150,10 +150,11 @@ def load_scheduler_state(scheduler: Any, state: dict[str, Any]) -> None:
 
 
 def training_state(args: argparse.Namespace, parts: TrainComponents, position: Position, classes: list[str],
-                   device: torch.device, dist_info: DistInfo,
+                   device: torch.device, dist_info: DistInfo, data_config: dict[str, Any],
                    result: EpochResult | None = None) -> dict[str, Any] | None:
     """Everything ``--resume`` needs (on rank 0; None elsewhere). Every rank must call it: the ranks'
-    own states are gathered here. ``position`` is where training continues."""
+    own states are gathered here. ``position`` is where training continues. ``data_config`` (the
+    run's preprocessing) lets validate.py --checkpoint evaluate the weights as the run did."""
     ranks = gather_objects(rank_state(device, result))
     if not dist_info.is_main:
         return None
@@ -163,7 +164,7 @@ def training_state(args: argparse.Namespace, parts: TrainComponents, position: P
         "optimizer": parts.optimizer.state_dict(),
         "scheduler": scheduler_state(parts.scheduler),
         "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
-        "rng": ranks[0]["rng"], "rank_states": ranks, "class_names": classes,
+        "rng": ranks[0]["rng"], "rank_states": ranks, "class_names": classes, "data_config": dict(data_config),
         "args": dict(vars(args)), "version": STATE_VERSION,
     }
     if parts.ema is not None:
