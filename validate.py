@@ -110,7 +110,8 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
             raise UsageError("give the image folder to validate (DIR or --data-dir)")
         split_dir = vdata.resolve_split_dir(root, args.split)
         classes = vdata.find_class_folders(split_dir)
-        class_map = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        class_map, how = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        print(f"{split_dir}: {len(classes)} class folders; {how}")
         paths, labels, _ = vdata.labelled_files(split_dir, class_map)
         if max(labels) >= model.num_classes:
             raise UsageError(f"{split_dir} has labels up to {max(labels)} but {args.model} has {model.num_classes} "

@@ -305,3 +305,35 @@ def test_full_disk_while_saving_a_checkpoint_keeps_the_previous_one(tmp_path: Pa
     assert_one_line_error(proc, 3, "could not write", "the previous version is intact")
     assert last.read_bytes() == before
     assert torch.load(last, map_location="cpu", weights_only=True)["epoch"] == 1
+
+
+# ---------------------------------------------------------------- which label each folder gets
+
+
+def _class_folders(root: Path, names: list[str]) -> Path:
+    for i, name in enumerate(names):
+        (root / name).mkdir(parents=True)
+        source = sorted((DATA / "val" / "bag").glob("*.png"))[i]
+        (root / name / source.name).write_bytes(source.read_bytes())
+    return root
+
+
+def test_class_folders_match_model_names_ignoring_case(tmp_path: Path) -> None:
+    model = write_model_folder(tmp_path / "model", 3, ["cat", "dog", "fox"])
+    data = _class_folders(tmp_path / "val", ["Cat", "DOG", "fox"])
+    proc = run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu"])
+    assert proc.returncode == 0, proc.stderr
+    assert "labels matched to the model's class names" in proc.stdout
+
+
+def test_a_partial_class_match_is_refused_unless_a_class_map_says_how(tmp_path: Path) -> None:
+    model = write_model_folder(tmp_path / "model", 3, ["cat", "dog", "fox"])
+    data = _class_folders(tmp_path / "val", ["cat", "wolf"])
+    assert_usage_error(run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu"]),
+                       "1 of 2 class folders (wolf) are not among the model's class names", "--class-map")
+    class_map = tmp_path / "map.txt"
+    class_map.write_text("cat\nwolf\nfox\n")
+    proc = run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu", "--class-map",
+                       str(class_map)])
+    assert proc.returncode == 0, proc.stderr
+    assert f"labels from --class-map {class_map}" in proc.stdout

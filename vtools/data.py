@@ -398,14 +398,29 @@ def resolve_split_dir(root: str | os.PathLike, split: str) -> Path:
 
 
 def eval_class_map(classes: Sequence[str], class_map_file: str | None, num_classes: int | None,
-                   model_class_names: Sequence[str] | None) -> dict[str, int] | None:
-    """How folder names become label indices: --class-map, the model's own class names, ImageNet synsets,
-    or (None) sorted folder order."""
+                   model_class_names: Sequence[str] | None) -> tuple[dict[str, int] | None, str]:
+    """How folder names become label indices, and a line saying which way was taken: --class-map, the
+    model's own class names (matched ignoring case), ImageNet synsets, or (None) sorted folder order.
+
+    A partial match would give meaningless numbers, so it is refused unless --class-map says how.
+    """
     if class_map_file:
-        return read_class_map(class_map_file)
-    if model_class_names and all(name in model_class_names for name in classes):
-        return {name: list(model_class_names).index(name) for name in classes}
-    return imagenet_class_map(classes, num_classes)
+        return read_class_map(class_map_file), f"labels from --class-map {class_map_file}"
+    if model_class_names:
+        index = {name.lower(): i for i, name in enumerate(model_class_names)}
+        unknown = [name for name in classes if name.lower() not in index]
+        if unknown:
+            raise UsageError(f"{len(unknown)} of {len(classes)} class folders ({', '.join(unknown[:3])}) are not "
+                             f"among the model's class names ({', '.join(list(model_class_names)[:5])}...); "
+                             "pass --class-map to say which output each folder is")
+        return {name: index[name.lower()] for name in classes}, "labels matched to the model's class names"
+    mapping = imagenet_class_map(classes, num_classes)
+    if mapping is not None:
+        return mapping, "labels are the ImageNet-1k indices of the synset folders"
+    synsets = set(ImageNetInfo().label_names()) if num_classes == 1000 else set()
+    if synsets and any(name in synsets for name in classes):
+        raise UsageError("some class folders are ImageNet synsets and some are not; pass --class-map")
+    return None, "labels by sorted folder order (the model stores no class names)"
 
 
 def bad_image_handler(policy: str, skipped: list[str],
