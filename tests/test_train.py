@@ -97,7 +97,7 @@ def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: P
     assert_same_weights(weights(first / "last.pth.tar"), weights(tmp_path / "again" / "last.pth.tar"))
 
 
-RECIPE = ["--epochs", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
+RECIPE = ["--epochs", "3", "--checkpoint-hist", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
           "0.25", "--aa", "rand-m5-mstd0.5", "--model-ema", "--model-ema-decay", "0.9", "--grad-accum-steps", "2",
           "--clip-grad", "1.0", "--drop-path", "0.05", "--channels-last", "--sched-on-updates", "--log-interval", "3"]
 

@@ -56,7 +56,10 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:  # refused: it would run code, or not a checkpoint at all
-        raise UsageError(f"--resume {unpickling_message(file, err)}") from err
+        message = unpickling_message(file, err)
+        if "refused" in message:
+            raise UsageError(f"--resume {message}") from err
+        raise UsageError(f"--resume {path}: not a readable training checkpoint ({message})") from err
     except Exception as err:  # truncation, not a zip: all mean "not a checkpoint of ours"
         reason = str(err).strip().splitlines()[-1][:160] if str(err).strip() else type(err).__name__
         raise UsageError(f"--resume {path}: not a readable training checkpoint ({reason})") from err
