@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import timm
 import torch
 from torch.utils.data import Dataset
 
@@ -63,8 +64,6 @@ def syncs(run: Callable[[], object]) -> int:
 def recipe_components(extra: list[str]) -> TrainComponents:
     """A model and the real recipe (optimizer, schedule, loss, mixup, EMA) from train.py's own flags."""
     args = train.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra])
-    import timm
-
     torch.manual_seed(0)
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     optimizer = recipe.build_optimizer(model, args, args.lr)
@@ -89,8 +88,6 @@ def test_training_epoch_makes_no_per_batch_syncs(extra: list[str]) -> None:
 
 
 def test_validation_makes_no_per_batch_syncs() -> None:
-    import timm
-
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     amp = resolve_amp(NPU, False)
     counts = [syncs(lambda n=n: evaluate(model, device_loader(n), NPU, amp, show_progress=False)) for n in (4, 8)]
@@ -98,8 +95,6 @@ def test_validation_makes_no_per_batch_syncs() -> None:
 
 
 def test_inference_makes_no_per_batch_syncs() -> None:
-    import timm
-
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     amp = resolve_amp(NPU, False)
     counts = [syncs(lambda n=n: list(predict(model, device_loader(n), amp, topk=3, show_progress=False)))
