@@ -16,7 +16,7 @@ import vtools  # noqa: F401  (guards `import torch` against broken device backen
 
 from vtools import data as vdata
 from vtools.cli import (OneLineParser, check_values, add_data_source_args, add_device_args, add_loader_args,
-                        add_model_args, add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
+                        add_model_args, add_preprocess_args, preprocess_overrides, setup_runtime)
 from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
 from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("give the images to classify (SOURCE or --data-dir)")
     if not args.model:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
-    check_positive(args.batch_size, "--batch-size")
     if args.topk < 0:
         raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
     outputs_to = result_paths(args)

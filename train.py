@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for flag in ("batch_size", "epochs", "grad_accum_steps", "log_interval", "val_interval"):
+    for flag in ("grad_accum_steps", "log_interval", "val_interval"):  # sizes and epochs: check_values
         check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
     if recipe.mixup_enabled(args) and args.batch_size % 2:
         raise UsageError(f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, "

@@ -20,7 +20,7 @@ import timm
 
 from vtools import data as vdata
 from vtools.cli import (OneLineParser, check_values, Runtime, add_data_source_args, add_device_args, add_loader_args,
-                        add_model_args, add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
+                        add_model_args, add_preprocess_args, preprocess_overrides, setup_runtime)
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import check_writable, format_table, write_rows
@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_values(args)
     runtime = setup_runtime(args)
-    check_positive(args.batch_size, "--batch-size")
     if args.results_file:
         check_writable(args.results_file, "--results-file")
     check_data_first(args)
