@@ -46,13 +46,39 @@ def test_backend_not_installed() -> None:
 
 def test_backend_installed_but_broken(tmp_path: Path) -> None:
     """torch_npu importable but failing (no CANN), with autoload off so torch itself imports."""
-    package = tmp_path / "torch_npu"
-    package.mkdir()
-    (package / "__init__.py").write_text(
-        "raise ImportError('libascendcl.so: cannot open shared object file: No such file or directory')\n")
+    _broken_torch_npu_package(tmp_path)
     proc = run_script([*_script_args("validate.py"), "--device", "npu"],
                       env={"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert_usage_error(proc, "torch_npu is installed but failed to load", "libascendcl.so", "set_env.sh")
+
+
+def _broken_torch_npu_package(root: Path) -> None:
+    """An installed torch_npu 2.14.0 whose import fails as it does without CANN."""
+    package = root / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('libascendcl.so: cannot open shared object file: No such file or directory')\n")
+    dist_info = root / "torch_npu-2.14.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
+
+
+def test_env_with_broken_backend_reports_everything_else(tmp_path: Path) -> None:
+    """The bug-report command must not stop at the failure: versions and environment still print, and
+    torch_npu is named with its version and import error, whether asked for npu or not."""
+    _broken_torch_npu_package(tmp_path)
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+    asked = run_script(["-m", "vtools", "env", "--device", "npu"], env=env)
+    plain = run_script(["-m", "vtools", "env"], env=env)
+
+    assert_usage_error(asked, "torch_npu is installed but failed to load", "libascendcl.so")
+    assert plain.returncode == 0, plain.stderr
+    for proc in (asked, plain):
+        for line in ("torch: ", "timm: ", "environment:", "ASCEND_RT_VISIBLE_DEVICES="):
+            assert line in proc.stdout, (line, proc.stdout)
+        assert "torch_npu: 2.14.0 (installed, fails to import: ImportError: libascendcl.so" in proc.stdout
+    assert "device: cpu" in plain.stdout and "amp_policy:" in plain.stdout
 
 
 def _broken_autoload_backend(root: Path) -> None:

@@ -11,6 +11,7 @@ backend registers, so adding a device means adding a row, not a branch.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import random
 import re
@@ -398,10 +399,30 @@ def backend_versions() -> dict[str, str]:
     if getattr(torch.version, "hip", None):
         versions["torch_built_for_hip"] = torch.version.hip
     for kind in DEVICE_KINDS.values():
-        module = kind.package and sys.modules.get(kind.package)
-        if module is not None:
-            versions[kind.package] = getattr(module, "__version__", "unknown")
+        if kind.package:
+            status = _package_status(kind.package)
+            if status is not None:
+                versions[kind.package] = status
     cann = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH")
     if cann:
         versions["cann"] = cann
     return versions
+
+
+def _package_status(package: str) -> str | None:
+    """A backend package's installed version and whether it loads (None: not installed). A package
+    that fails to import is what a bug report needs most, so the import error is part of the answer."""
+    distribution = package.split(".")[0].replace("_", "-")
+    try:
+        version = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        module = sys.modules.get(package)
+        return None if module is None else f"{getattr(module, '__version__', 'unknown')} (loaded)"
+    if package in sys.modules:
+        return f"{version} (loaded)"
+    try:
+        importlib.import_module(package)
+    except Exception as err:  # a broken backend raises anything; report it, do not fail
+        detail = f"{type(err).__name__}: {err}".splitlines()[0]
+        return f"{version} (installed, fails to import: {detail})"
+    return f"{version} (loaded)"

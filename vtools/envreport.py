@@ -13,6 +13,7 @@ import torch
 from vtools import device as dev
 from vtools.cli import OneLineParser
 from vtools.amp import resolve_amp
+from vtools.errors import UsageError, fail
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "TORCH_DEVICE_BACKEND_AUTOLOAD",
@@ -28,8 +29,11 @@ def _version(package: str) -> str:
 
 
 def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Gather versions, devices, AMP policy and environment into one dict."""
-    target = dev.resolve_device(device_spec, device_modules)
+    """Gather versions, devices, AMP policy and environment into one dict.
+
+    A device that cannot be used is reported, not raised: when a backend is
+    broken the rest of the report is what a bug report needs.
+    """
     report: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -37,18 +41,33 @@ def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> 
         "torchvision": _version("torchvision"),
         "timm": _version("timm"),
     }
+    try:
+        target = dev.resolve_device(device_spec, device_modules)
+    except UsageError as err:
+        target = None
+        problem = str(err)
     report.update(dev.backend_versions())
-    report["device"] = str(target)
-    count = dev.device_count(target.type)
-    report["device_count"] = count
-    report["devices"] = [dev.describe(torch.device(target.type, i) if target.type != "cpu" else target)
-                         for i in range(count)]
-    report["amp_policy"] = resolve_amp(target, amp=True).dtype_name
-    report["grad_scaler"] = resolve_amp(target, amp=True).needs_grad_scaler
-    report["dist_backend"] = _dist_backend_or_reason(target)
-    report["tuning"] = dev.apply_tuning(target) or "none"
+    if target is None:
+        report["device"] = f"{device_spec} unusable: {problem}"
+    else:
+        report.update(_device_report(target))
     report["environment"] = {name: os.environ.get(name, "unset") for name in ENV_VARS}
     return report
+
+
+def _device_report(target: torch.device) -> dict[str, Any]:
+    count = dev.device_count(target.type)
+    amp = resolve_amp(target, amp=True)
+    return {
+        "device": str(target),
+        "device_count": count,
+        "devices": [dev.describe(torch.device(target.type, i) if target.type != "cpu" else target)
+                    for i in range(count)],
+        "amp_policy": amp.dtype_name,
+        "grad_scaler": amp.needs_grad_scaler,
+        "dist_backend": _dist_backend_or_reason(target),
+        "tuning": dev.apply_tuning(target) or "none",
+    }
 
 
 def _dist_backend_or_reason(target: torch.device) -> str:
@@ -80,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
     parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
     args = parser.parse_args(argv)
-    print(format_report(collect(args.device, tuple(args.device_modules))))
+    report = collect(args.device, tuple(args.device_modules))
+    print(format_report(report))
     sys.stdout.flush()
+    if " unusable: " in str(report["device"]):
+        fail(str(report["device"]), prog="python -m vtools env")
     return 0
