@@ -169,6 +169,35 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
     assert int(resumed_rows[interrupted_epoch]["epoch"]) == interrupted_epoch
 
 
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_dead_loader_worker_is_a_runtime_failure(device_type: str, fashion4: Path, tmp_path: Path) -> None:
+    """A loader worker killed mid-epoch (as the OOM killer does) ends the run with exit 3 and one line
+    naming the cause, not a traceback; the previous epoch's checkpoint stays intact."""
+    args = train_args(fashion4, tmp_path, "crashed", *device_flags(device_type), "--epochs", "8",
+                      "--workers", "2", "--log-interval", "1")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("epoch 0:"):
+                break
+        workers = _children(proc.pid)
+        assert workers, "no loader worker to kill"
+        os.kill(workers[0], signal.SIGKILL)
+        proc.stdout.read()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    completed = subprocess.CompletedProcess(args, proc.returncode, "", proc.stderr.read())
+    if completed.returncode == 0:
+        pytest.skip("the run finished before the worker was killed")
+    assert_one_line_error(completed, 3, "a data-loader worker died", "DataLoader worker (pid", "--workers")
+    state = torch.load(tmp_path / "crashed" / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert state["epoch"] >= 1
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

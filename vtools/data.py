@@ -12,7 +12,10 @@ counted skip).
 
 from __future__ import annotations
 
+import atexit
 import glob
+import multiprocessing
+import multiprocessing.util  # noqa: F401  (its exit handler must be registered before ours)
 import os
 import signal
 import sys
@@ -306,6 +309,22 @@ def leave_signals_to_main(worker_id: int) -> None:
     still end with the main process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _kill_loader_workers_at_exit() -> None:
+    """Stop daemonic children (loader workers) with SIGKILL when the main process exits.
+
+    multiprocessing's own exit handler sends them SIGTERM and then waits; ours
+    ignore SIGTERM (leave_signals_to_main), so a run that ends while its workers
+    are still up (a failure mid-epoch) would wait forever. atexit runs handlers
+    last-in first-out, so this one runs before multiprocessing's.
+    """
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+atexit.register(_kill_loader_workers_at_exit)
 
 
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None = None,

@@ -35,6 +35,12 @@ def fail(message: str, prog: str | None = None, code: int = EXIT_USAGE) -> NoRet
     raise SystemExit(code)
 
 
+def is_dead_worker(err: BaseException) -> bool:
+    """Whether ``err`` is torch's report of a loader worker process that died. It is raised from a
+    SIGCHLD handler, so at any point of the main loop, not only where batches are fetched."""
+    return isinstance(err, RuntimeError) and str(err).startswith("DataLoader worker (pid")
+
+
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
     """Run an entry point, turning :class:`UsageError` into a one-line exit 2."""
     try:
@@ -43,6 +49,11 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         fail(str(err))
     except RunFailed as err:
         fail(str(err), code=EXIT_RUN_FAILED)
+    except RuntimeError as err:
+        if not is_dead_worker(err):
+            raise
+        fail(f"a data-loader worker died ({str(err).strip().rstrip('.')}); often the host ran out of memory: "
+             "lower --workers or --batch-size", code=EXIT_RUN_FAILED)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
