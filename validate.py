@@ -112,13 +112,22 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
         classes = vdata.find_class_folders(split_dir)
         class_map, how = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
         print(f"{split_dir}: {len(classes)} class folders; {how}")
-        paths, labels, _ = vdata.labelled_files(split_dir, class_map)
+        paths, labels, names = vdata.labelled_files(split_dir, class_map)
         if max(labels) >= model.num_classes:
-            raise UsageError(f"{split_dir} has labels up to {max(labels)} but {args.model} has {model.num_classes} "
-                             "outputs; pass --class-map or a model trained on these classes")
+            raise UsageError(_too_many_classes(split_dir, names, labels, args.model, model.num_classes))
         dataset = vdata.ImageFiles(paths, labels, transform, mode)
     return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
                                     channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
+
+
+def _too_many_classes(split_dir: Path, names: list[str], labels: list[int], model_name: str, outputs: int) -> str:
+    """Why the folder's labels do not fit the model, naming empty class folders (they still count)."""
+    used = set(labels)
+    empty = [name for index, name in enumerate(names) if index not in used]
+    message = f"{split_dir} has {len(names)} class folders but {model_name} has {outputs} outputs"
+    if empty:
+        message += f" ({', '.join(empty[:3])}{' ...' if len(empty) > 3 else ''} holds no images but counts as a class)"
+    return message + "; pass --class-map or a model trained on these classes"
 
 
 def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:

@@ -492,6 +492,28 @@ def test_a_second_run_into_a_live_run_folder_is_refused(fashion4: Path, tmp_path
     assert "lr: 0.005" in (run / "config.yaml").read_text()  # the first run's config, not the second's
 
 
+@pytest.mark.cpu_only(reason="folder ownership is host-side")
+def test_rerunning_a_named_run_leaves_the_ended_one_alone(fashion4: Path, tmp_path: Path) -> None:
+    """The quick start names its folder in YAML: running it twice must not overwrite the first run.
+    The second run writes to <name>-2 and says so; --resume auto still continues the named one."""
+    args = train_args(fashion4, tmp_path, "named", "--device", "cpu", "--epochs", "1")
+    first = run_script(args)
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "named"
+    before = {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()}
+
+    second = run_script([*args, "--lr", "0.01"])
+
+    assert second.returncode == 0, second.stderr
+    assert f"{run} holds an earlier run, left as it is: this run writes to {tmp_path / 'named-2'}" in second.stdout
+    assert {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()} == before
+    assert "lr: 0.01" in (tmp_path / "named-2" / "config.yaml").read_text()
+    assert [int(r["epoch"]) for r in summary(tmp_path / "named-2")] == [0]
+    resumed = run_script([*args, "--epochs", "2", "--resume", "auto"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [int(r["epoch"]) for r in summary(run)] == [0, 1]
+
+
 @pytest.mark.cpu_only(reason="folder naming is host-side")
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
     from vtools.run_lock import reserve_new_folder

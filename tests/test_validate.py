@@ -180,6 +180,20 @@ def test_class_folders_without_images(results: Path, custom_model_dir: Path, tmp
     _bad([str(tmp_path / "d"), "--model", str(custom_model_dir)], results, "no images found")
 
 
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
+def test_empty_class_folder_among_full_ones_is_named(results: Path, custom_images: Path, tmp_path: Path) -> None:
+    """An empty folder still counts as a class in sorted-folder labelling; the message must say so
+    instead of a puzzling "labels up to 3 but 3 outputs"."""
+    import shutil
+
+    root = tmp_path / "imgs"
+    shutil.copytree(custom_images, root)
+    (root / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
+    model = write_model_folder(tmp_path / "unnamed", 3)  # no class names: labels by sorted folder order
+    _bad([str(root), "--model", str(model)], results, "has 4 class folders but", "has 3 outputs",
+         "aardvark holds no images but counts as a class")
+
+
 def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
     import shutil
 

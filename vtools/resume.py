@@ -26,7 +26,7 @@ from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.errors import UsageError
 from vtools.files import atomic_write
 from vtools.models import check_state_dict_fits, unwrap
-from vtools.run_lock import reserve_new_folder
+from vtools.run_lock import holds_ended_run, reserve_new_folder
 from vtools.training import EpochResult, TrainComponents
 
 STATE_VERSION = 2
@@ -73,6 +73,10 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     if args.resume and args.resume != "auto":
         return RunFolder(named or _new_folder(output, stem), Path(args.resume))
     if args.resume != "auto":
+        if named is not None and holds_ended_run(named):
+            fresh = reserve_new_folder(output, args.experiment)
+            return RunFolder(fresh, None, f"{named} holds an earlier run, left as it is: this run writes to {fresh} "
+                                          "(--resume auto would continue the earlier one)")
         return RunFolder(named or _new_folder(output, stem), None)
     if named is not None:
         if (named / LAST).is_file():

@@ -37,6 +37,19 @@ def reserve_new_folder(output: Path, name: str) -> Path:
     raise UsageError(f"--output {output}: could not find a free run folder name for {name}")
 
 
+def holds_ended_run(folder: Path) -> bool:
+    """Whether ``folder`` holds what an earlier run left (beyond the scaffolding of one that failed
+    early) and no run is writing there now."""
+    if not folder.is_dir() or all(p.name in _SCAFFOLDING for p in folder.iterdir()):
+        return False
+    try:
+        with open(folder / LOCK_NAME, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+    except OSError:
+        return False  # a live run holds it: owned_folder refuses it, in its own words
+    return True
+
+
 def _lock(folder: Path) -> IO[str]:
     folder.mkdir(parents=True, exist_ok=True)
     handle = open(folder / LOCK_NAME, "a+", encoding="utf-8")
