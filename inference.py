@@ -9,18 +9,22 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import vtools  # noqa: F401  (guards `import torch` against broken device backends)
 
 from vtools import data as vdata
-from vtools.cli import (OneLineParser, check_values, add_data_source_args, add_device_args, add_loader_args,
+from vtools.cli import (OneLineParser, add_data_source_args, add_dataset_args, add_device_args, add_loader_args,
+                        check_values,
                         add_model_args, add_preprocess_args, preprocess_overrides, setup_runtime)
 from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
 from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
 from vtools.models import LABEL_TYPES, create_model, label_lookup, prepare_for_eval, use_channels_last
+from vtools.sources import Source, SourceRequest, open_source
 
 CONSOLE_ROWS = 50
 
@@ -29,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
     add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
+    add_dataset_args(group)
+    group.add_argument("--split", default="validation", help="with --dataset: the split to classify "
+                                                             "(default: validation)")
     add_model_args(parser)
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)
@@ -63,14 +70,14 @@ def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
     return [(base.with_name(f"{base.name}.{fmt}"), fmt) for fmt in args.results_format]
 
 
-def make_rows(args: argparse.Namespace, paths: list[Path], outputs: list[tuple], labels: list[str] | None
-              ) -> list[dict[str, Any]]:
+def make_rows(args: argparse.Namespace, name_of: Callable[[int], str], outputs: list[tuple],
+              labels: list[str] | None) -> list[dict[str, Any]]:
     """One row per image: filename, then top-k labels / indices / scores (scalars when K = 1)."""
     rows = []
     for indices, scores, classes in outputs:
         for row_index, dataset_index in enumerate(indices.tolist()):
-            path = paths[dataset_index]
-            name = str(path) if args.fullname else path.name
+            full = name_of(dataset_index)
+            name = full if args.fullname else os.path.basename(full)
             # a name that is not UTF-8 (bytes Python keeps as surrogates) is written with escapes
             row: dict[str, Any] = {"filename": name.encode("utf-8", "backslashreplace").decode("utf-8")}
             values = [round(v, 6) for v in scores[row_index].tolist()]
@@ -103,19 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     outputs_to = result_paths(args)
     for path, _ in outputs_to:
         check_writable(path, "results file")
-    paths = vdata.find_images(source)
+    samples = (open_source(SourceRequest(args.dataset, source, args.split, args.dataset_download, args.input_key,
+                                         args.target_key)).samples
+               if args.dataset else vdata.FileSamples(vdata.find_images(source)))
     model = create_model(args.model, pretrained=args.pretrained or not args.checkpoint, num_classes=args.num_classes,
                          in_chans=args.in_chans, model_kwargs=args.model_kwargs,
                          checkpoint=args.checkpoint or None, use_ema=args.use_ema, device=runtime.device)
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
-    dataset = vdata.ImageFiles(paths, None, vdata.eval_transform(data_config), vdata.image_mode(data_config))
+    dataset = Source(samples, None, source).images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
     skipped: list[str] = []
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
     loader = vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
                                       channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
     model = prepare_for_eval(model, channels_last, args.torchcompile)
     outputs = list(predict(model, loader, runtime.amp, args.topk, args.output_type))
-    rows = make_rows(args, paths, outputs, label_lookup(model, args.label_type))
+    rows = make_rows(args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, label_lookup(model, args.label_type))
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
         print(format_table(rows))
     for path, fmt in outputs_to:

@@ -24,8 +24,8 @@ from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
 from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
-from vtools.cli import (OneLineParser, check_values, add_data_source_args, add_device_args, add_model_args,
-                        add_preprocess_args, check_positive, preprocess_overrides, setup_runtime)
+from vtools.cli import (OneLineParser, add_data_source_args, add_dataset_args, add_device_args, add_model_args,
+                        add_preprocess_args, check_positive, check_values, preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed, shutdown
 from vtools.engine import EvalResult, evaluate
@@ -37,6 +37,7 @@ from vtools.resume import (Position, RunFolder, carry_best_checkpoint, choose_ru
                            training_state)
 from vtools.run_lock import owned_folder
 from vtools.sampling import EpochSampler, SeededSamples
+from vtools.sources import Source, SourceRequest, open_source
 from vtools.training import EpochResult, StopRequest, TrainComponents, exit_code, train_one_epoch
 
 
@@ -45,12 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
     group = parser.add_argument_group("data")
     add_data_source_args(group, "DIR", "root holding the train and validation folders (one sub-folder per class)")
-    group.add_argument("--dataset", "-d", default="", metavar="NAME", help="empty for folders, or torch/<name>")
-    group.add_argument("--train-split", default="train", help="training split folder (default: train)")
+    add_dataset_args(group)
+    group.add_argument("--train-split", default="train", help="training split: folder, split name or shard "
+                                                               "pattern (default: train)")
     group.add_argument("--val-split", default="validation",
-                       help="validation split folder; val, eval... are found too (default: validation)")
-    group.add_argument("--dataset-download", action="store_true", default=False,
-                       help="let torchvision download a torch/<name> dataset")
+                       help="validation split; val, eval... folders are found too (default: validation)")
     group.add_argument("--on-bad-image", default="error", choices=vdata.ON_BAD_IMAGE,
                        help="stop on an unreadable image, or skip it (default: error)")
     add_model_args(parser, default_model="resnet50", checkpoint_flags=False)
@@ -182,29 +182,20 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")
 
 
-def build_datasets(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
-    """Training and validation sets (untransformed item sources) and the class names."""
-    root = args.data or args.data_dir
-    if args.dataset.startswith("torch/"):
-        train = vdata.torchvision_dataset(args.dataset, root or "data", args.train_split, args.dataset_download)
-        val = vdata.torchvision_dataset(args.dataset, root or "data", args.val_split, args.dataset_download)
-        return train, val, [str(c) for c in getattr(train, "classes", [])]
-    if args.dataset:
-        raise UsageError(f"--dataset {args.dataset}: use an empty value for image folders, or torch/<name>")
-    train_dir = vdata.resolve_split_dir(root, args.train_split)
-    val_dir = vdata.resolve_split_dir(root, args.val_split)
-    if train_dir == val_dir:
-        raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
-    paths, labels, classes = vdata.labelled_files(train_dir)
-    class_map = {name: index for index, name in enumerate(classes)}
-    val_paths, val_labels, _ = vdata.labelled_files(val_dir, class_map)
-    return (paths, labels), (val_paths, val_labels), classes
+def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] | None]:
+    """Training and validation sources (whatever stores them) and the class names."""
+    def request(split: str, class_map: dict[str, int] | None = None) -> SourceRequest:
+        return SourceRequest(args.dataset, args.data_dir or "", split, args.dataset_download, args.input_key,
+                             args.target_key, class_map)
 
-
-def wrap_dataset(source: Any, transform: Any, mode: str) -> Any:
-    if isinstance(source, tuple):
-        return vdata.ImageFiles(source[0], source[1], transform, mode)
-    return vdata.TorchvisionImages(source, transform, mode)
+    if not args.dataset:
+        root = args.data_dir
+        if vdata.resolve_split_dir(root, args.train_split) == vdata.resolve_split_dir(root, args.val_split):
+            raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
+    train = open_source(request(args.train_split))
+    class_map = {name: index for index, name in enumerate(train.classes)} if not args.dataset else None
+    val = open_source(request(args.val_split, class_map))
+    return train, val, train.classes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,9 +229,9 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     mode = vdata.image_mode(data_config)
-    train_set = SeededSamples(wrap_dataset(train_source, recipe.build_train_transform(args, data_config), mode),
+    train_set = SeededSamples(train_source.images(recipe.build_train_transform(args, data_config), mode),
                               args.seed, replace_bad=args.on_bad_image == "skip")
-    val_set = wrap_dataset(val_source, vdata.eval_transform(data_config), mode)
+    val_set = val_source.images(vdata.eval_transform(data_config), mode)
     channels_last = use_channels_last(args.channels_last, model, device)
     sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
     if len(sampler.order) < args.batch_size:
@@ -309,7 +300,10 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
     dev.seed_everything(args.seed + dist_info.rank)
 
     train_source, val_source, classes = build_datasets(args)
+    if not classes and not args.num_classes:
+        raise UsageError(f"--dataset {args.dataset} does not name its classes: pass --num-classes")
     num_classes = args.num_classes or len(classes)
+    classes = classes or [str(label) for label in range(num_classes)]
     model = create_model(args.model, pretrained=args.pretrained, num_classes=num_classes, in_chans=args.in_chans,
                          model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
                          checkpoint=args.initial_checkpoint or None, device=device)

@@ -19,12 +19,14 @@ import vtools  # noqa: F401  (guards `import torch` against broken device backen
 import timm
 
 from vtools import data as vdata
-from vtools.cli import (OneLineParser, check_values, Runtime, add_data_source_args, add_device_args, add_loader_args,
-                        add_model_args, add_preprocess_args, preprocess_overrides, setup_runtime)
+from vtools.cli import (OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args,
+                        add_loader_args, add_model_args, add_preprocess_args, check_values, preprocess_overrides,
+                        setup_runtime)
 from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import check_writable, format_table, write_rows
 from vtools.models import class_names_of, count_params, create_model, prepare_for_eval, use_channels_last
+from vtools.sources import Source, SourceRequest, open_source
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 
@@ -34,11 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("data")
     add_data_source_args(group, "DIR", "image folder with one sub-folder per class (or a root holding the --split "
                                        "folder)")
-    group.add_argument("--dataset", "-d", default="", metavar="NAME",
-                       help="empty for image folders, or torch/<name> for a torchvision dataset (torch/cifar10 ...)")
-    group.add_argument("--split", default="validation", help="split to validate (default: validation)")
-    group.add_argument("--dataset-download", action="store_true", default=False,
-                       help="let torchvision download a torch/<name> dataset")
+    add_dataset_args(group)
+    group.add_argument("--split", default="validation", help="split to validate: folder, split name or shard "
+                                                             "pattern (default: validation)")
     group.add_argument("--class-map", default="", metavar="FILE",
                        help="text file of class folder names, one per line, line number = label index")
     add_model_args(parser)
@@ -86,45 +86,52 @@ def expand_checkpoints(spec: str) -> list[str]:
 
 
 def check_data_first(args: argparse.Namespace) -> None:
-    """The data folder's cheap checks (exists, has class folders, has images), before any model is
-    created or downloaded: a typo in the path must not cost a download, or a minute of retries offline."""
-    if args.dataset:
+    """The data's cheap checks (folder or shards exist, classes and images are there, columns are
+    known), before any model is created or downloaded: a typo in the path must not cost a download,
+    or a minute of retries offline."""
+    if args.dataset.startswith("torch/"):
         return  # a torchvision set is checked when it is opened
     root = args.data or args.data_dir
     if not root:
-        raise UsageError("give the image folder to validate (DIR or --data-dir)")
-    vdata.labelled_files(vdata.resolve_split_dir(root, args.split))
+        raise UsageError("give the data to validate (DIR or --data-dir)")
+    if args.dataset:
+        open_source(_request(args))
+    else:
+        vdata.labelled_files(vdata.resolve_split_dir(root, args.split))
+
+
+def _request(args: argparse.Namespace, class_map: dict[str, int] | None = None) -> SourceRequest:
+    return SourceRequest(args.dataset, args.data or args.data_dir or "", args.split, args.dataset_download,
+                         args.input_key, args.target_key, class_map)
 
 
 def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
                       channels_last: bool, skipped: list[str]) -> vdata.DeviceLoader:
-    """The validation set for this model, as normalized batches on the device."""
-    transform = vdata.eval_transform(data_config)
-    mode = vdata.image_mode(data_config)
-    root = args.data or args.data_dir
-    if args.dataset.startswith("torch/"):
-        dataset = vdata.TorchvisionImages(
-            vdata.torchvision_dataset(args.dataset, root or "data", args.split, args.dataset_download), transform, mode)
-    else:
-        if not root:
-            raise UsageError("give the image folder to validate (DIR or --data-dir)")
-        split_dir = vdata.resolve_split_dir(root, args.split)
+    """The validation set for this model, as normalized batches on the device. Class folders are
+    matched to the model's class names; other sources carry their labels as stored."""
+    class_map = None
+    if not args.dataset:
+        split_dir = vdata.resolve_split_dir(args.data or args.data_dir, args.split)
         classes = vdata.find_class_folders(split_dir)
         class_map, how = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
         print(f"{split_dir}: {len(classes)} class folders; {how}")
-        paths, labels, names = vdata.labelled_files(split_dir, class_map)
-        if max(labels) >= model.num_classes:
-            raise UsageError(_too_many_classes(split_dir, names, labels, args.model, model.num_classes))
-        dataset = vdata.ImageFiles(paths, labels, transform, mode)
+    source = open_source(_request(args, class_map))
+    if args.dataset:
+        print(f"{source.description}; labels as the dataset stores them")
+    labels = getattr(source.samples, "labels", None)  # folders: known up front
+    if (max(labels) if labels else len(source.classes or []) - 1) >= model.num_classes:
+        raise UsageError(_too_many_classes(source, args.model, model.num_classes))
+    dataset = source.images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
     return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
                                     channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
 
 
-def _too_many_classes(split_dir: Path, names: list[str], labels: list[int], model_name: str, outputs: int) -> str:
-    """Why the folder's labels do not fit the model, naming empty class folders (they still count)."""
-    used = set(labels)
+def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
+    """Why the data's labels do not fit the model, naming empty class folders (they still count)."""
+    names = source.classes or []
+    used = set(getattr(source.samples, "labels", range(len(names))))
     empty = [name for index, name in enumerate(names) if index not in used]
-    message = f"{split_dir} has {len(names)} class folders but {model_name} has {outputs} outputs"
+    message = f"{source.description} has {len(names)} classes but {model_name} has {outputs} outputs"
     if empty:
         message += f" ({', '.join(empty[:3])}{' ...' if len(empty) > 3 else ''} holds no images but counts as a class)"
     return message + "; pass --class-map or a model trained on these classes"

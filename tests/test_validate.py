@@ -190,7 +190,7 @@ def test_empty_class_folder_among_full_ones_is_named(results: Path, custom_image
     shutil.copytree(custom_images, root)
     (root / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
     model = write_model_folder(tmp_path / "unnamed", 3)  # no class names: labels by sorted folder order
-    _bad([str(root), "--model", str(model)], results, "has 4 class folders but", "has 3 outputs",
+    _bad([str(root), "--model", str(model)], results, "has 4 classes but", "has 3 outputs",
          "aardvark holds no images but counts as a class")
 
 

@@ -162,3 +162,16 @@ def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text
     """The positional data argument and its timm spelling --data-dir (either may be given)."""
     group.add_argument("data", nargs="?", default=None, metavar=metavar, help=help_text)
     group.add_argument("--data-dir", default=None, metavar=metavar, help=f"same as {metavar} (timm's flag)")
+
+
+def add_dataset_args(group: argparse._ArgumentGroup) -> None:
+    """--dataset and its options, as timm's scripts spell them (see vtools/sources.py)."""
+    group.add_argument("--dataset", "-d", default="", metavar="NAME",
+                       help="empty for image folders; torch/<name> (torchvision), wds/<name> (tar shards in "
+                            "--data-dir), hfds/<name> (a local Hugging Face dataset copy)")
+    group.add_argument("--dataset-download", action="store_true", default=False,
+                       help="let torchvision (torch/) or the Hub (hfds/) download the dataset")
+    group.add_argument("--input-key", default=None, metavar="KEY",
+                       help="hfds: image column (default: image); wds: image extensions (default: jpg;png;webp...)")
+    group.add_argument("--target-key", default=None, metavar="KEY",
+                       help="hfds: label column (default: label); wds: label extension (default: cls)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import io
 import multiprocessing
 import multiprocessing.util  # noqa: F401  (its exit handler must be registered before ours)
 import os
@@ -23,7 +24,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -70,19 +71,20 @@ def default_workers() -> int:
     return max(1, min(8, cores - 1))
 
 
-def open_image(path: str | os.PathLike, mode: str) -> Image.Image | BadSample:
-    """Decode an image fully (so truncation is caught here), or describe why not. A decompression bomb
-    (more pixels than PIL's limit) is a bad image, and so is a float image, which has no 8-bit meaning;
-    16-bit images are scaled to 8 bits rather than clipped."""
+def open_image(source: str | os.PathLike | bytes, mode: str, name: str | None = None) -> Image.Image | BadSample:
+    """Decode an image (a file, or the bytes of one read from a shard or a table) fully, so truncation
+    is caught here, or describe why not. A decompression bomb (more pixels than PIL's limit) is a bad
+    image, and so is a float image, which has no 8-bit meaning; 16-bit images are scaled to 8 bits
+    rather than clipped."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as img:
                 img.load()
                 return _to_8_bit(img).convert(mode)
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError,
             Image.DecompressionBombWarning) as err:
-        return BadSample(str(path), f"{type(err).__name__}: {err}".splitlines()[0])
+        return BadSample(name or str(source), f"{type(err).__name__}: {err}".splitlines()[0])
 
 
 def _to_8_bit(img: Image.Image) -> Image.Image:
@@ -97,23 +99,70 @@ def _to_8_bit(img: Image.Image) -> Image.Image:
     return img
 
 
-class ImageFiles(Dataset):
-    """Images from a list of paths, each with a label (-1 when unlabelled)."""
+@dataclass(frozen=True)
+class RawSample:
+    """One stored sample before decoding: a file path or the image's bytes, its label (-1 when
+    unlabelled), and the name that messages and results use for it."""
 
-    def __init__(self, paths: Sequence[str], labels: Sequence[int] | None, transform: Callable, mode: str) -> None:
+    image: str | bytes
+    label: int
+    name: str
+
+
+class SampleStore(Protocol):
+    """Random access to raw samples; what every data source (folders, shards, tables) provides."""
+
+    def __len__(self) -> int: ...
+
+    def locate(self, index: int) -> RawSample | BadSample: ...
+
+    def name(self, index: int) -> str: ...
+
+
+class FileSamples:
+    """Image files with their labels."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None) -> None:
         self.paths = [str(p) for p in paths]
         self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
-        self.transform = transform
-        self.mode = mode
 
     def __len__(self) -> int:
         return len(self.paths)
 
+    def locate(self, index: int) -> RawSample:
+        return RawSample(self.paths[index], self.labels[index], self.paths[index])
+
+    def name(self, index: int) -> str:
+        return self.paths[index]
+
+
+class DecodedImages(Dataset):
+    """Decoded, transformed ``(image, label, index)`` items from any :class:`SampleStore`; an image that
+    cannot be read comes through as a :class:`BadSample` for the main process to report or skip."""
+
+    def __init__(self, samples: SampleStore, transform: Callable, mode: str) -> None:
+        self.samples = samples
+        self.transform = transform
+        self.mode = mode
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
-        image = open_image(self.paths[index], self.mode)
+        raw = self.samples.locate(index)
+        if isinstance(raw, BadSample):
+            return raw, -1, index
+        image = open_image(raw.image, self.mode, raw.name)
         if not isinstance(image, BadSample):
             image = self.transform(image)
-        return image, self.labels[index], index
+        return image, raw.label, index
+
+
+class ImageFiles(DecodedImages):
+    """Images from a list of paths, each with a label (-1 when unlabelled)."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int] | None, transform: Callable, mode: str) -> None:
+        super().__init__(FileSamples(paths, labels), transform, mode)
 
 
 class TorchvisionImages(Dataset):
