@@ -7,7 +7,9 @@ device does, which is the point: no test here mocks ``torch.npu`` alone.
 
 from __future__ import annotations
 
+import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +153,44 @@ def custom_images(tmp_path_factory: pytest.TempPathFactory, custom_classes: list
 @pytest.fixture(scope="session")
 def custom_model_dir(tmp_path_factory: pytest.TempPathFactory, custom_classes: list[str]) -> Path:
     return write_model_folder(tmp_path_factory.mktemp("custom_model") / "model", 3, custom_classes)
+
+
+# ---------------------------------------------------------------- training runs on a 4-class subset
+
+CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
+
+
+@pytest.fixture(scope="session")
+def fashion4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four classes of the shipped subset (60 train / 15 val each): small enough for every device."""
+    root = tmp_path_factory.mktemp("fashion4")
+    for split, count in (("train", 60), ("val", 15)):
+        for name in CLASSES:
+            files = sorted((REPO / "data/fashion-mnist-mini" / split / name).glob("*.png"))[:count]
+            (root / split / name).mkdir(parents=True)
+            for file in files:
+                shutil.copy(file, root / split / name / file.name)
+    return root
+
+
+def train_args(data: Path, out: Path, name: str | None, *extra: str) -> list[str]:
+    """The quick-start config on ``data`` with a tiny model; ``name`` None leaves the folder to train.py."""
+    experiment = ["--experiment", name] if name is not None else ["--experiment", ""]
+    return ["train.py", "-c", "configs/fashion_mnist_cpu.yaml", "--data-dir", str(data), "--model", "test_resnet",
+            "--epochs", "3", "--batch-size", "32", "--lr", "0.005", "--workers", "1", "--output", str(out),
+            *experiment, *extra]
+
+
+def summary(run: Path) -> list[dict[str, str]]:
+    with (run / "summary.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def weights(path: Path, key: str = "state_dict") -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)[key]
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"

@@ -9,6 +9,7 @@ This module imports nothing heavy so that it works even when torch cannot.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -52,6 +53,8 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     except RuntimeError as err:
         if not is_dead_worker(err):
             raise
+        # torch's SIGCHLD handler raises this again as the other workers exit: report it once
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         fail(f"a data-loader worker died ({str(err).strip().rstrip('.')}); often the host ran out of memory: "
              "lower --workers or --batch-size", code=EXIT_RUN_FAILED)
     except KeyboardInterrupt:
