@@ -158,6 +158,97 @@ def test_inference_predicts_the_same_labels(device_type: str, fashion4: Path, st
     assert predictions["wds"][0].startswith("fashion4-validation-000000.tar:000000000,")
 
 
+# ---------------------------------------------------------------- ImageNet as timm and Hugging Face publish it
+
+
+def _imagenet_samples(synset_images: Path) -> list[tuple[Path, int]]:
+    from timm.data import ImageNetInfo
+
+    synsets = list(ImageNetInfo("imagenet-1k").label_names())
+    return [(path, synsets.index(path.parent.name)) for path in sorted(synset_images.rglob("*.*"))]
+
+
+def _timm_published_shards(synset_images: Path, root: Path) -> Path:
+    """timm's imagenet-1k-wds layout: _info.json without class names, keys that are ImageNet file stems,
+    .jpg/.cls/.json members, shards named imagenet1k-validation-NN.tar."""
+    from webdataset import TarWriter
+
+    samples = _imagenet_samples(synset_images)
+    root.mkdir(parents=True)
+    filenames, lengths = [], []
+    for shard, start in enumerate(range(0, len(samples), 5)):
+        filenames.append(f"imagenet1k-validation-{shard:02d}.tar")
+        chunk = samples[start:start + 5]
+        lengths.append(len(chunk))
+        with TarWriter(str(root / filenames[-1])) as writer:
+            for path, label in chunk:
+                image = io.BytesIO()
+                Image.open(path).convert("RGB").save(image, format="JPEG", quality=95)
+                writer.write({"__key__": path.stem, "jpg": image.getvalue(), "cls": str(label).encode(),
+                              "json": json.dumps({"filename": path.stem + ".JPEG", "label": label}).encode()})
+    info = {"name": "imagenet-1k", "splits": {"validation": {
+        "name": "validation", "num_samples": len(samples), "filenames": filenames, "shard_lengths": lengths}}}
+    (root / "_info.json").write_text(json.dumps(info))
+    return root
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_timm_published_imagenet_shards_work_as_downloaded(device_type: str, synset_images: Path,
+                                                           imagenet_model_dir: Path, tmp_path: Path) -> None:
+    shards = _timm_published_shards(synset_images, tmp_path / "imagenet-1k-wds")
+    jpeg_folder = tmp_path / "folder"
+    for path, _ in _imagenet_samples(synset_images):  # the same JPEG bytes as a folder, for the reference
+        (jpeg_folder / path.parent.name).mkdir(parents=True, exist_ok=True)
+    for shard in sorted(shards.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".jpg"):
+                    synset = member.name.split("_")[0]
+                    (jpeg_folder / synset / member.name).write_bytes(tar.extractfile(member).read())
+    rows = {}
+    for kind, flags in (("folder", [str(jpeg_folder)]),
+                        ("wds", ["--dataset", "wds/imagenet-1k", "--data-dir", str(shards)]),
+                        ("pattern", ["--dataset", "wds/imagenet-1k", "--data-dir", str(shards), "--split",
+                                     "imagenet1k-validation-{00..02}.tar"])):
+        results = tmp_path / f"{kind}.json"
+        proc = run_script(["validate.py", *flags, "--model", str(imagenet_model_dir), *device_flags(device_type),
+                           "--results-file", str(results), "--results-format", "json"])
+        assert proc.returncode == 0, proc.stderr
+        rows[kind] = json.loads(results.read_text())[0]
+    assert rows["folder"]["samples"] == len(_imagenet_samples(synset_images))
+    for kind in ("wds", "pattern"):
+        assert {k: rows[kind][k] for k in ("top1", "top5", "loss", "samples")} == \
+            {k: rows["folder"][k] for k in ("top1", "top5", "loss", "samples")}
+
+
+@pytest.mark.cpu_only(reason="the layout is read on the host; device parity: test_validate_gives_the_folder_numbers")
+def test_hugging_face_imagenet_parquet_works_as_downloaded(synset_images: Path, tmp_path: Path) -> None:
+    """ImageNet-1k's Hub layout: data/<split>-NNNNN-of-NNNNN.parquet, an image column of bytes and a
+    1000-name ClassLabel; training names its classes from it."""
+    datasets = pytest.importorskip("datasets")
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo("imagenet-1k")
+    names: list[str] = []
+    for i in range(1000):  # "tench, Tinca tinca", as the Hub names them; ClassLabel needs unique names
+        name = info.index_to_description(i, detailed=True).split(":")[0]
+        names.append(name if name not in names else f"{name} ({info.index_to_label_name(i)})")
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    samples = _imagenet_samples(synset_images)
+    root = tmp_path / "imagenet-1k"
+    (root / "data").mkdir(parents=True)
+    for split in ("train", "validation"):
+        table = datasets.Dataset.from_dict({"image": [{"bytes": p.read_bytes(), "path": p.name} for p, _ in samples],
+                                            "label": [label for _, label in samples]}, features=features)
+        table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    proc = run_script(train_args(Path("unused"), tmp_path, "run", "--device", "cpu", "--epochs", "1",
+                                 "--batch-size", "4", "--dataset", "hfds/imagenet-1k", "--data-dir", str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert "1000 classes" in proc.stdout
+    label_names = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["label_names"]
+    assert label_names[0] == names[0] and len(label_names) == 1000
+
+
 # ---------------------------------------------------------------- resume and torchrun on shards
 
 
@@ -276,6 +367,10 @@ def test_table_errors(stores: dict[str, Path], model4: Path, tmp_path: Path) -> 
     assert_usage_error(_validate(flags, model4, "--split", "test"), "test")
     assert_usage_error(_validate(["--dataset", "hfds/fashion4", "--data-dir", str(tmp_path)], model4),
                        "no local copy", "--dataset-download")
+    offline = run_script(["validate.py", "--dataset", "hfds/vtools-test/no-such-set", "--data-dir", str(tmp_path),
+                          "--dataset-download", "--model", str(model4), "--device", "cpu"],
+                         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert_usage_error(offline, "could not get vtools-test/no-such-set from the Hub")
     assert_usage_error(_validate(["--dataset", "hfids/fashion4", "--data-dir", str(tmp_path)], model4),
                        "streaming datasets are not supported", "exact resume")
     assert_usage_error(_validate(["--dataset", "tfds/x", "--data-dir", str(tmp_path)], model4), "unknown kind")

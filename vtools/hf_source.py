@@ -98,7 +98,11 @@ def open_table_samples(spec: str, name: str, root: Path, split: str, image_key: 
     if folder is not None:
         table = _load_split(datasets, spec, folder, split)
     elif download:
-        table = datasets.load_dataset(name, split=split, cache_dir=str(root))
+        try:
+            table = datasets.load_dataset(name, split=split, cache_dir=str(root))
+        except Exception as err:  # offline, unknown name, gated dataset...: datasets raises many kinds
+            raise UsageError(f"--dataset {spec}: could not get {name} from the Hub into {root} "
+                             f"({type(err).__name__}: {err})".splitlines()[0]) from None
     else:
         raise UsageError(f"--dataset {spec}: no local copy under {root} (expected parquet or arrow files, or a "
                          "save_to_disk folder, in it or in its subfolder " f"{name}); "
