@@ -48,6 +48,12 @@ def _source_flags(kind: str, stores: dict[str, Path], fashion4: Path) -> list[st
     return ["--dataset", FORMATS[kind], "--data-dir", str(stores[kind])]
 
 
+def _model_folder(fashion4: Path, folder: Path, seed: int = 0) -> Path:
+    """A random-init model folder whose class names are the subset's."""
+    classes = sorted(p.name for p in (fashion4 / "val").iterdir())
+    return write_model_folder(folder, len(classes), classes, seed=seed)
+
+
 # ---------------------------------------------------------------- the converter
 
 
@@ -107,8 +113,7 @@ def test_max_side_resizes_and_bad_input_leaves_nothing(fashion4: Path, tmp_path:
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_validate_gives_the_folder_numbers(device_type: str, fashion4: Path, stores: dict[str, Path],
                                            tmp_path: Path) -> None:
-    classes = sorted(p.name for p in (fashion4 / "val").iterdir())
-    model = write_model_folder(tmp_path / "model", len(classes), classes, seed=3)
+    model = _model_folder(fashion4, tmp_path / "model", seed=3)
     rows = {}
     for kind in ("folder", "wds", "parquet"):
         results = tmp_path / f"{kind}.json"
@@ -142,8 +147,7 @@ def test_training_curve_is_the_folder_curve(device_type: str, fashion4: Path, st
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_inference_predicts_the_same_labels(device_type: str, fashion4: Path, stores: dict[str, Path],
                                             tmp_path: Path) -> None:
-    classes = sorted(p.name for p in (fashion4 / "val").iterdir())
-    model = write_model_folder(tmp_path / "model", len(classes), classes, seed=4)
+    model = _model_folder(fashion4, tmp_path / "model", seed=4)
     predictions = {}
     for kind, flags in (("folder", [str(fashion4 / "val")]),
                         ("wds", ["--dataset", FORMATS["wds"], "--data-dir", str(stores["wds"])])):
@@ -312,8 +316,7 @@ def _validate(flags: list[str], model: Path, *extra: str) -> subprocess.Complete
 
 @pytest.fixture(scope="module")
 def model4(tmp_path_factory: pytest.TempPathFactory, fashion4: Path) -> Path:
-    classes = sorted(p.name for p in (fashion4 / "val").iterdir())
-    return write_model_folder(tmp_path_factory.mktemp("model4") / "model", len(classes), classes)
+    return _model_folder(fashion4, tmp_path_factory.mktemp("model4") / "model")
 
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
