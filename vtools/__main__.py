@@ -1,4 +1,4 @@
-"""``python -m vtools <command>``: project utilities (env, bench, shards)."""
+"""``python -m vtools <command>``: project utilities (env, bench, shards, export)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from vtools.errors import run_cli
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m vtools {env,bench,shards} [options]\n\n"
+        print("usage: python -m vtools {env,bench,shards,export} [options]\n\n"
               "  env     print versions, devices, AMP policy and environment for bug reports\n"
               "  bench   measure train/validate/inference throughput against a plain baseline\n"
-              "  shards  write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)")
+              "  shards  write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)\n"
+              "  export  write a model as ONNX and check onnxruntime against PyTorch on real images")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "env":
@@ -24,13 +25,17 @@ def _main(argv: list[str] | None) -> int:
         from vtools.benchmark import main as bench
 
         return bench(rest)
+    if command == "export":
+        from vtools.export import main as export
+
+        return export(rest)
     if command == "shards":
         from vtools.shards import main as shards
 
         return shards(rest)
     from vtools.errors import UsageError
 
-    raise UsageError(f"unknown command {command!r} (available: env, bench, shards)")
+    raise UsageError(f"unknown command {command!r} (available: env, bench, shards, export)")
 
 
 if __name__ == "__main__":

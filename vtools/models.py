@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from vtools.errors import UsageError
+from vtools.onnx_model import OnnxModel, is_onnx, load_onnx_model
 
 _OFFLINE_ERRORS = ("LocalEntryNotFoundError", "ConnectError", "ConnectionError", "OfflineModeIsEnabled",
                    "HfHubHTTPError", "RepositoryNotFoundError", "URLError", "ReadTimeout", "ConnectTimeout")
@@ -59,7 +60,12 @@ def create_model(name: str, *, pretrained: bool = False, num_classes: int | None
                  in_chans: int | None = None, model_kwargs: Mapping[str, Any] | None = None,
                  checkpoint: str | None = None, use_ema: bool = False,
                  device: torch.device | str = "cpu", **extra: Any) -> torch.nn.Module:
-    """Build a timm model on ``device``, with pretrained weights and/or a checkpoint."""
+    """Build a timm model on ``device``, with pretrained weights and/or a checkpoint; an ``.onnx`` file
+    gives the same interface over onnxruntime (vtools/onnx_model.py)."""
+    if is_onnx(name):
+        if checkpoint:
+            raise UsageError(f"--model {name} is an exported ONNX file: it takes no --checkpoint")
+        return load_onnx_model(name)
     normalized = normalize_model_name(name)
     kwargs = {k: v for k, v in {"num_classes": num_classes, "in_chans": in_chans, **(model_kwargs or {}),
                                 **extra}.items() if v is not None}
@@ -279,6 +285,8 @@ def prepare_for_eval(model: torch.nn.Module, channels_last: bool = False,
     model.eval()
     if channels_last:
         model.to(memory_format=torch.channels_last)
+    if torchcompile and isinstance(model, OnnxModel):
+        raise UsageError("--torchcompile compiles PyTorch models; an ONNX file runs in onnxruntime")
     if torchcompile:
         model = torch.compile(model, backend=torchcompile)
     return model

@@ -1,0 +1,144 @@
+"""ONNX export proves its parity, and the exported file validates and predicts like the PyTorch model.
+
+The reference is onnxruntime itself: the export's own check is re-done here with
+an independent onnxruntime session on the shipped real images.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import (DEVICE_TYPES, REPO, assert_one_line_error, assert_usage_error, device_flags, run_script,
+                            write_model_folder)
+
+SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
+CLASSES = sorted(p.name for p in SHIPPED_VAL.iterdir())
+
+
+def _export(*args: str) -> object:
+    return run_script(["-m", "vtools", "export", *args])
+
+
+@pytest.fixture(scope="module")
+def exported_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 10-class model folder (the shipped classes, 32-px input) with its model.onnx."""
+    folder = write_model_folder(tmp_path_factory.mktemp("export") / "model", len(CLASSES), CLASSES, seed=5)
+    config = json.loads((folder / "config.json").read_text())
+    config["pretrained_cfg"].update(input_size=[3, 32, 32], interpolation="bilinear", crop_pct=1.0)
+    (folder / "config.json").write_text(json.dumps(config))
+    proc = _export(str(folder), "--data", str(SHIPPED_VAL))
+    assert proc.returncode == 0, proc.stderr
+    assert "same top-5 on 100.0 %" in proc.stdout
+    return folder
+
+
+def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int, ...]) -> float:
+    """Max logit difference between PyTorch and a fresh onnxruntime session on real, preprocessed images."""
+    import onnxruntime
+    from timm.data import resolve_data_config
+
+    from vtools.export import check_images
+
+    config = resolve_data_config(model=model)
+    images = check_images(str(SHIPPED_VAL), config, 16)
+    assert images.shape[1:] == size
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {session.get_inputs()[0].name: images.numpy()})
+    with torch.no_grad():
+        return float(np.abs(model(images).numpy() - logits).max())
+
+
+@pytest.mark.cpu_only(reason="export runs on the host; the exported file's device runs: test_validate_onnx_equals_pytorch")
+def test_model_folder_export_matches_onnxruntime(exported_folder: Path) -> None:
+    from vtools.models import create_model
+
+    model = create_model(str(exported_folder)).eval()
+    assert _independent_parity(exported_folder / "model.onnx", model, (3, 32, 32)) < 1e-4
+
+
+@pytest.mark.cpu_only(reason="export runs on the host")
+@pytest.mark.parametrize("name", ["test_resnet", "test_vit"])
+def test_timm_cnn_and_vit_export(name: str, tmp_path: Path) -> None:
+    """A random-init timm CNN and ViT, given as name + --checkpoint; the default output lands beside it."""
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(7)
+    model = timm.create_model(name, num_classes=10).eval()
+    checkpoint = tmp_path / f"{name}.safetensors"
+    save_file(model.state_dict(), str(checkpoint))
+    proc = _export(name, "--num-classes", "10", "--checkpoint", str(checkpoint), "--data", str(SHIPPED_VAL))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / f"{name}.onnx"
+    assert f"wrote {out}" in proc.stdout
+    assert _independent_parity(out, model, tuple(model.pretrained_cfg["input_size"])) < 1e-4
+
+
+@pytest.mark.cpu_only(reason="export runs on the host")
+def test_opset_18_uses_the_torch_export_exporter(tmp_path: Path) -> None:
+    import onnx
+
+    out = tmp_path / "resnet.onnx"
+    proc = _export("test_resnet", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out),
+                   "--opset", "18", "--check-images", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert max(op.version for op in onnx.load(str(out)).opset_import if op.domain in ("", "ai.onnx")) == 18
+
+
+@pytest.mark.cpu_only(reason="export runs on the host")
+def test_a_mismatch_fails_in_one_line_and_leaves_no_file(tmp_path: Path) -> None:
+    out = tmp_path / "never.onnx"
+    proc = _export("test_vit", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out),
+                   "--atol", "0", "--rtol", "0")
+    if proc.returncode == 0:
+        pytest.skip("onnxruntime matched PyTorch bit for bit: no mismatch to report")
+    assert_one_line_error(proc, 3, "does not match PyTorch", "nothing written")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cpu_only(reason="input checks")
+def test_missing_onnxruntime_names_the_install(tmp_path: Path, exported_folder: Path) -> None:
+    shadow = tmp_path / "onnxruntime"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('No module named onnxruntime')\n")
+    proc = run_script(["validate.py", str(SHIPPED_VAL), "--model", str(exported_folder / "model.onnx"), "--device",
+                       "cpu"], env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    assert_usage_error(proc, "needs the package onnxruntime", "requirements-deploy.txt")
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, tmp_path: Path) -> None:
+    rows = {}
+    for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
+        results = tmp_path / f"{kind}.json"
+        proc = run_script(["validate.py", str(SHIPPED_VAL), "--model", str(model), *device_flags(device_type),
+                           "--results-file", str(results), "--results-format", "json"])
+        assert proc.returncode == 0, proc.stderr
+        rows[kind] = json.loads(results.read_text())[0]
+    assert rows["onnx"]["samples"] == rows["torch"]["samples"] == 300
+    for key in ("top1", "top5"):
+        assert rows["onnx"][key] == rows["torch"][key], key
+    assert rows["onnx"]["loss"] == pytest.approx(rows["torch"]["loss"], abs=1e-4)
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, tmp_path: Path) -> None:
+    tables = {}
+    for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
+        out = tmp_path / f"{kind}.csv"
+        proc = run_script(["inference.py", str(SHIPPED_VAL), "--model", str(model), "--topk", "5",
+                           *device_flags(device_type), "--results-file", str(out)])
+        assert proc.returncode == 0, proc.stderr
+        tables[kind] = pd.read_csv(out)
+    labels = [f"label_{k}" for k in range(1, 6)]
+    assert len(tables["onnx"]) == 300
+    assert tables["onnx"][["filename", *labels]].equals(tables["torch"][["filename", *labels]])
+    probs = [f"prob_{k}" for k in range(1, 6)]
+    assert np.allclose(tables["onnx"][probs].to_numpy(), tables["torch"][probs].to_numpy(), atol=1e-5)
