@@ -12,6 +12,7 @@ Options come from the defaults, then the YAML file (-c), then the command line.
 from __future__ import annotations
 
 import argparse
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
 from vtools.cli import (OneLineParser, add_data_source_args, add_dataset_args, add_device_args, add_model_args,
                         add_preprocess_args, check_positive, check_values, preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
+from vtools.curves import ScalarLog, plot_runs
 from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed, shutdown
 from vtools.engine import EvalResult, evaluate
 from vtools.errors import UsageError, run_cli
@@ -163,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "one of the newest <model>-<timestamp> run in --output")
     group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
     group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
+    group.add_argument("--log-tensorboard", action="store_true", default=False,
+                       help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard")
     group.add_argument("--eval-metric", default="top1", choices=("top1", "top5", "loss"),
                        help="metric that picks the best checkpoint (default: top1)")
     group.add_argument("--sync-bn", action="store_true", default=False, help="synchronized BatchNorm under DDP")
@@ -327,7 +331,8 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
 
     summary_rows = read_summary(out_dir, run.resume, position.epoch)
     num_updates = position.num_updates
-    with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop:
+    scalars = ScalarLog(out_dir / "tensorboard" if args.log_tensorboard and dist_info.is_main else None)
+    with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop, closing(scalars):
         for epoch in range(position.epoch, num_epochs):
             if parts.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
                 parts.mixup = None
@@ -336,7 +341,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
             loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
             result, num_updates = train_one_epoch(
                 parts, loaders.train, epoch, num_updates, args.log_interval, stop, show_progress=dist_info.is_main,
-                start_step=first_step, carried=position.carried if resuming else (0.0, 0))
+                start_step=first_step, carried=position.carried if resuming else (0.0, 0), on_log=scalars.step)
             validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
             metrics = None
             if validates and not result.interrupted:
@@ -364,6 +369,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                 with stop.shielded():
                     best = manager.save(state, epoch, metric)
                     write_rows(out_dir / "summary.csv", summary_rows, "csv")
+                scalars.epoch(summary_rows[-1])
                 say(epoch_line(epoch, result, metrics, best))
             if stop.agreed(now=True):  # a signal during validation (torchrun) or the save: this epoch is saved
                 say(f"{stop.signal_name}: stopping after epoch {epoch}, saved in {out_dir / LAST}; continue "
@@ -373,7 +379,16 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
         exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
         say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "
             f"model folder: {exported}")
+        say(draw_curves(out_dir))
     return 0
+
+
+def draw_curves(out_dir: Path) -> str:
+    """<run>/curves.png when matplotlib is installed; otherwise say how to get it."""
+    try:
+        return f"curves: {plot_runs([out_dir], out_dir / 'curves.png')}"
+    except UsageError as missing:
+        return f"no curves.png: {missing}"
 
 
 def eval_model(parts: TrainComponents, dist_info: DistInfo) -> torch.nn.Module:

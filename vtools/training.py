@@ -147,12 +147,15 @@ def accumulation_divisor(step: int, total_steps: int, accum: int) -> int:
 
 def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_updates: int,
                     log_interval: int = 50, stop: StopRequest | None = None, show_progress: bool = True,
-                    start_step: int = 0, carried: tuple[float, int] = (0.0, 0)) -> tuple[EpochResult, int]:
+                    start_step: int = 0, carried: tuple[float, int] = (0.0, 0),
+                    on_log: Callable[[int, float, float, float], None] | None = None) -> tuple[EpochResult, int]:
     """Train for one epoch (or until a stop is agreed at an update boundary).
 
     ``start_step`` and ``carried`` (this rank's loss sum and sample count before
     the interruption) continue an epoch that a checkpoint interrupted, so its
-    loss still covers the whole epoch.
+    loss still covers the whole epoch. ``on_log(num_updates, loss, lr, img/s)``
+    receives each log step's figures (the window's mean loss: one sync, which
+    the log step makes anyway).
     """
     model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
     model.train()
@@ -191,9 +194,11 @@ def train_one_epoch(parts: TrainComponents, loader: Iterable, epoch: int, num_up
         filled += 1
         if filled == len(window) or step + 1 == total_steps:
             _check_finite(window, filled, epoch, window_start)
-            bar.set_postfix(loss=f"{window[:filled].mean().item():.4f}",
-                            lr=f"{parts.optimizer.param_groups[0]['lr']:.3g}",
-                            img_s=f"{samples / (time.perf_counter() - start):.1f}")
+            window_loss, lr = window[:filled].mean().item(), parts.optimizer.param_groups[0]["lr"]
+            images_per_second = samples / (time.perf_counter() - start)
+            bar.set_postfix(loss=f"{window_loss:.4f}", lr=f"{lr:.3g}", img_s=f"{images_per_second:.1f}")
+            if on_log is not None:
+                on_log(num_updates, window_loss, lr, images_per_second)
             filled, window_start = 0, step + 1
         if stop is not None and is_update and stop.agreed(num_updates):
             interrupted = True

@@ -1,0 +1,80 @@
+"""TensorBoard scalars equal summary.csv (read back with tensorboard's own reader); plots are drawn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO, assert_usage_error, run_script, summary, train_args
+
+pytestmark = pytest.mark.cpu_only(reason="logging and drawing are host-side; device training: test_train.py")
+
+
+@pytest.fixture(scope="module")
+def two_runs(fashion4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("curves")
+    for name, lr in (("slow", "0.005"), ("fast", "0.02")):
+        proc = run_script(train_args(fashion4, out, name, "--device", "cpu", "--epochs", "3", "--lr", lr,
+                                     "--log-interval", "2", "--log-tensorboard"))
+        assert proc.returncode == 0, proc.stderr
+        assert f"curves: {out / name / 'curves.png'}" in proc.stdout
+    return out
+
+
+def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_epoch_scalars_equal_the_summary(two_runs: Path) -> None:
+    run = two_runs / "slow"
+    scalars = _scalars(run)
+    rows = summary(run)
+    for column, tag in (("train_loss", "train/loss"), ("eval_loss", "eval/loss"), ("eval_top1", "eval/top1"),
+                        ("eval_top5", "eval/top5"), ("lr", "lr"), ("img_per_sec", "train/img_per_sec"),
+                        ("data_wait", "train/data_wait")):
+        assert [step for step, _ in scalars[tag]] == [int(r["epoch"]) for r in rows], tag
+        for (_, value), row in zip(scalars[tag], rows):
+            assert value == pytest.approx(float(row[column]), rel=1e-6, abs=1e-9), (tag, row["epoch"])
+
+
+def test_tensorboard_log_step_scalars(two_runs: Path) -> None:
+    """One point per log step (every 2 updates, and the epoch's last): 240 images / 32 = 7 updates."""
+    scalars = _scalars(two_runs / "slow")
+    steps = [step for step, _ in scalars["step/loss"]]
+    assert steps == [2, 4, 6, 7, 9, 11, 13, 14, 16, 18, 20, 21]
+    assert [step for step, _ in scalars["step/lr"]] == steps
+    assert all(value > 0 for _, value in scalars["step/img_per_sec"])
+
+
+def test_plot_two_runs(two_runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "both.png"
+    proc = run_script(["-m", "vtools", "plot", str(two_runs / "slow"), str(two_runs / "fast" / "summary.csv"),
+                       "-o", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    with Image.open(out) as picture:
+        assert picture.format == "PNG" and picture.width > 1000
+    with Image.open(two_runs / "slow" / "curves.png") as picture:
+        assert picture.format == "PNG"
+
+
+def test_plot_needs_a_run(tmp_path: Path) -> None:
+    assert_usage_error(run_script(["-m", "vtools", "plot", str(tmp_path), "-o", str(tmp_path / "x.png")]),
+                       "no summary.csv")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_missing_tensorboard_names_the_install(fashion4: Path, tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "tensorboard"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named tensorboard')\n")
+    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
+                      env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"})
+    assert_usage_error(proc, "--log-tensorboard needs the package tensorboard", "requirements-deploy.txt")
+    assert not (tmp_path / "run").exists()
