@@ -24,6 +24,7 @@ from vtools.engine import predict
 from vtools.errors import UsageError, run_cli
 from vtools.files import RESULT_FORMATS, check_writable, format_table, write_rows
 from vtools.models import LABEL_TYPES, create_model, label_lookup, prepare_for_eval, use_channels_last
+from vtools.profiling import StepProfiler
 from vtools.sources import Source, SourceRequest, open_source
 
 CONSOLE_ROWS = 50
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     loader = vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
                                       channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
     model = prepare_for_eval(model, channels_last, args.torchcompile)
-    outputs = list(predict(model, loader, runtime.amp, args.topk, args.output_type))
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), "inference")
+    outputs = list(predict(model, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
     rows = make_rows(args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, label_lookup(model, args.label_type))
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
         print(format_table(rows))

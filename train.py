@@ -35,6 +35,7 @@ from vtools.errors import UsageError, run_cli
 from vtools.files import atomic_write_text, check_writable, write_rows
 from vtools.models import (create_model, export_model_folder, read_state_dict, unwrap, use_channels_last,
                            weights_description)
+from vtools.profiling import StepProfiler
 from vtools.resume import (Position, RunFolder, carry_best_checkpoint, choose_run_folder, read_summary, restore,
                            training_state)
 from vtools.run_lock import owned_folder
@@ -332,6 +333,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
     summary_rows = read_summary(out_dir, run.resume, position.epoch)
     num_updates = position.num_updates
     scalars = ScalarLog(out_dir / "tensorboard" if args.log_tensorboard and dist_info.is_main else None)
+    profiler = StepProfiler(args.profile, device, out_dir, "train", enabled=dist_info.is_main)
     with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop, closing(scalars):
         for epoch in range(position.epoch, num_epochs):
             if parts.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
@@ -340,7 +342,8 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
             first_step = position.step if resuming else 0
             loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
             result, num_updates = train_one_epoch(
-                parts, loaders.train, epoch, num_updates, args.log_interval, stop, show_progress=dist_info.is_main,
+                parts, profiler.wrap(loaders.train), epoch, num_updates, args.log_interval, stop,
+                show_progress=dist_info.is_main,
                 start_step=first_step, carried=position.carried if resuming else (0.0, 0), on_log=scalars.step)
             validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
             metrics = None

@@ -26,6 +26,7 @@ from vtools.engine import evaluate
 from vtools.errors import UsageError, run_cli
 from vtools.files import check_writable, format_table, write_rows
 from vtools.models import class_names_of, count_params, create_model, prepare_for_eval, use_channels_last
+from vtools.profiling import StepProfiler
 from vtools.sources import Source, SourceRequest, open_source
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
@@ -148,7 +149,9 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
     loader = build_eval_loader(args, model, data_config, runtime, channels_last, skipped)
     model = prepare_for_eval(model, channels_last, args.torchcompile)
-    result = evaluate(model, loader, runtime.device, runtime.amp, desc=Path(model_name).name,
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_file or "results").parent,
+                            f"validate-{Path(model_name).name}")
+    result = evaluate(model, profiler.wrap(loader), runtime.device, runtime.amp, desc=Path(model_name).name,
                       log=print, log_freq=args.log_freq)
     if result.count == 0:
         raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")

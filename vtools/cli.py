@@ -43,6 +43,8 @@ def check_values(args: argparse.Namespace) -> None:
         check_positive(getattr(args, name, None), "--" + name.replace("_", "-"))
     if getattr(args, "workers", None) is not None and args.workers < 0:
         raise UsageError(f"--workers must be 0 (load in the main process) or more, got {args.workers}")
+    if getattr(args, "profile", 0) < 0:
+        raise UsageError(f"--profile must be 0 (off) or a number of steps, got {args.profile}")
     input_size = getattr(args, "input_size", None)
     if input_size is not None and min(input_size) <= 0:
         raise UsageError(f"--input-size needs three positive numbers (channels height width), got "
@@ -73,6 +75,9 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--amp-dtype", default="auto", choices=AMP_DTYPES,
                        help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
                             "with a GradScaler (default: auto)")
+    group.add_argument("--profile", type=int, default=0, metavar="N",
+                       help="profile N steps of the loop (after 2 warm-up steps) with torch.profiler: a trace "
+                            "for TensorBoard/Perfetto and the top operators (default: 0, off)")
 
 
 @dataclass(frozen=True)

@@ -40,14 +40,18 @@ class DeviceKind:
     install_hint: str = ""
     # speed settings applied when this device type is selected: (attribute path under torch, value)
     tuning: tuple[tuple[str, Any], ...] = ()
+    # torch.profiler activity that records this device's own work (None: host activity only);
+    # out-of-tree backends record theirs as PrivateUse1
+    profiler_activity: str | None = "PrivateUse1"
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     kind.type: kind
     for kind in (
-        DeviceKind("cpu", dist_backend="gloo", channels_last=True),
+        DeviceKind("cpu", dist_backend="gloo", channels_last=True, profiler_activity=None),
         DeviceKind("cuda", dist_backend="nccl", visible_env="CUDA_VISIBLE_DEVICES", pinned_host_memory=True,
                    channels_last=True, install_hint="install a CUDA (or ROCm) build of torch",
+                   profiler_activity="CUDA",
                    # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
                    tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True))),
         DeviceKind("npu", package="torch_npu", dist_backend="hccl", visible_env="ASCEND_RT_VISIBLE_DEVICES",
@@ -55,13 +59,14 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                    install_hint="install Ascend CANN and the torch_npu release built for this torch "
                                 "(torch_npu X.Y.Z requires torch X.Y.Z)"),
         DeviceKind("xpu", dist_backend="xccl", visible_env="ZE_AFFINITY_MASK", pinned_host_memory=True,
-                   channels_last=True, install_hint="install an XPU build of torch"),
-        DeviceKind("mps", dist_backend="gloo", install_hint="use a macOS arm64 build of torch"),
+                   channels_last=True, install_hint="install an XPU build of torch", profiler_activity="XPU"),
+        DeviceKind("mps", dist_backend="gloo", install_hint="use a macOS arm64 build of torch",
+                   profiler_activity=None),
         DeviceKind("mlu", package="torch_mlu", dist_backend="cncl", visible_env="MLU_VISIBLE_DEVICES",
                    pinned_host_memory=True, install_hint="install Cambricon's torch_mlu for this torch"),
         DeviceKind("hpu", package="habana_frameworks.torch", dist_backend="hccl",
                    visible_env="HABANA_VISIBLE_MODULES", pinned_host_memory=True,
-                   install_hint="install Intel Gaudi's habana_frameworks for this torch"),
+                   install_hint="install Intel Gaudi's habana_frameworks for this torch", profiler_activity="HPU"),
     )
 }
 
@@ -426,3 +431,16 @@ def _package_status(package: str) -> str | None:
         detail = f"{type(err).__name__}: {err}".splitlines()[0]
         return f"{version} (installed, fails to import: {detail})"
     return f"{version} (loaded)"
+
+
+def profiler_activities(device: torch.device) -> list[Any]:
+    """torch.profiler activities for ``device``: the host's, plus the device's own from the table when this
+    torch build can record them."""
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    name = kind_of(device.type).profiler_activity
+    activity = getattr(ProfilerActivity, name, None) if name else None
+    if activity is not None and activity in torch.profiler.supported_activities():
+        activities.append(activity)
+    return activities

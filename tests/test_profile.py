@@ -1,0 +1,57 @@
+"""--profile N records N steps of each script's real loop: a trace file and the top-operator tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (DEVICE_TYPES, REPO, assert_usage_error, device_flags, run_script, train_args,
+                            write_model_folder)
+
+SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
+
+
+def _check_trace(trace: Path, stdout: str, device_type: str, steps: int) -> None:
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {event.get("name", "") for event in events}
+    recorded = sorted(int(n.split("#")[1]) for n in names if n.startswith("ProfilerStep#"))
+    assert len(recorded) == steps, recorded  # only the N steps after warm-up
+    assert any(n.startswith("aten::") for n in names)
+    assert "top operators by host time:" in stdout
+    # the device's own activity comes from the device table: recorded for npu (PrivateUse1), not for cpu
+    assert ("top operators by npu time:" in stdout) == (device_type == "npu")
+    assert f"profile of {steps} steps after 2 warm-up: {trace}" in stdout
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_train_profile(device_type: str, fashion4: Path, tmp_path: Path) -> None:
+    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags(device_type), "--epochs", "1",
+                                 "--batch-size", "16", "--profile", "3"))
+    assert proc.returncode == 0, proc.stderr
+    _check_trace(tmp_path / "run" / "profile-train.pt.trace.json", proc.stdout, device_type, 3)
+
+
+@pytest.fixture(scope="module")
+def shipped_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    classes = sorted(p.name for p in SHIPPED_VAL.iterdir())
+    return write_model_folder(tmp_path_factory.mktemp("profile") / "model", len(classes), classes)
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_validate_and_inference_profile(device_type: str, shipped_model: Path, tmp_path: Path) -> None:
+    common = [str(SHIPPED_VAL), "--model", str(shipped_model), *device_flags(device_type), "--batch-size", "32",
+              "--profile", "2"]
+    validated = run_script(["validate.py", *common, "--results-file", str(tmp_path / "v" / "r.csv")])
+    assert validated.returncode == 0, validated.stderr
+    _check_trace(tmp_path / "v" / "profile-validate-model.pt.trace.json", validated.stdout, device_type, 2)
+    inferred = run_script(["inference.py", *common, "--results-dir", str(tmp_path / "i")])
+    assert inferred.returncode == 0, inferred.stderr
+    _check_trace(tmp_path / "i" / "profile-inference.pt.trace.json", inferred.stdout, device_type, 2)
+
+
+@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
+def test_negative_profile_is_refused() -> None:
+    assert_usage_error(run_script(["validate.py", str(SHIPPED_VAL), "--model", "test_resnet", "--profile", "-1"]),
+                       "--profile must be 0 (off) or a number of steps")
