@@ -22,7 +22,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_files_the_readme_names_exist() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8") + (REPO / "train.py").read_text(encoding="utf-8")
+    text = "".join((REPO / name).read_text(encoding="utf-8") for name in ("README.md", "vtools/commands/train.py"))
     named = set(re.findall(r"\b(configs/[\w.-]+\.yaml|requirements[\w-]*\.txt|tools/[\w.-]+\.py)", text))
     assert named, "the README names configs and requirement files"
     missing = sorted(path for path in named if not (REPO / path).exists())

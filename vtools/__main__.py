@@ -1,47 +1,53 @@
-"""``python -m vtools <command>``: project utilities (env, bench, shards, export, plot)."""
+"""``vtools <command>`` and ``python -m vtools <command>``: the scripts and the project's tools, from any folder."""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import sys
 
-from vtools.errors import run_cli
+from vtools.errors import UsageError, run_cli
+
+# command -> (module whose main(argv) runs it, one line of help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("vtools.commands.train", "train a timm model from a YAML run file (train.py)"),
+    "validate": ("vtools.commands.validate", "top-1 / top-5 of models on a labelled set (validate.py)"),
+    "infer": ("vtools.commands.inference", "top-k predictions for images (inference.py)"),
+    "bench": ("vtools.benchmark", "measure train/validate/inference throughput against a plain baseline"),
+    "env": ("vtools.envreport", "print versions, devices, AMP policy and environment for bug reports"),
+    "export": ("vtools.export", "write a model as ONNX and check onnxruntime against PyTorch on real images"),
+    "shards": ("vtools.shards", "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)"),
+    "plot": ("vtools.curves", "draw loss, top-1 and lr of one or several training runs into a PNG"),
+}
+ALIASES = {"inference": "infer"}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: vtools {{{','.join(COMMANDS)}}} [options]", ""]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "`vtools COMMAND --help` lists a command's options."]
+    return "\n".join(lines)
 
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m vtools {env,bench,shards,export,plot} [options]\n\n"
-              "  env     print versions, devices, AMP policy and environment for bug reports\n"
-              "  bench   measure train/validate/inference throughput against a plain baseline\n"
-              "  shards  write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)\n"
-              "  export  write a model as ONNX and check onnxruntime against PyTorch on real images\n"
-              "  plot    draw loss, top-1 and lr of one or several training runs into a PNG")
+        print(_usage())
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "env":
-        from vtools.envreport import main
+    command, rest = ALIASES.get(argv[0], argv[0]), argv[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, [*COMMANDS, *ALIASES], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown command {argv[0]!r} ({hint}available: {', '.join(COMMANDS)})")
+    sys.argv[0] = f"vtools {command}"  # error lines and --help name the command
+    return importlib.import_module(COMMANDS[command][0]).main(rest)
 
-        return main(rest)
-    if command == "bench":
-        from vtools.benchmark import main as bench
 
-        return bench(rest)
-    if command == "plot":
-        from vtools.curves import main as plot
-
-        return plot(rest)
-    if command == "export":
-        from vtools.export import main as export
-
-        return export(rest)
-    if command == "shards":
-        from vtools.shards import main as shards
-
-        return shards(rest)
-    from vtools.errors import UsageError
-
-    raise UsageError(f"unknown command {command!r} (available: env, bench, shards, export, plot)")
+def cli() -> None:
+    """The ``vtools`` console command."""
+    run_cli(_main)
 
 
 if __name__ == "__main__":
-    run_cli(_main)
+    cli()

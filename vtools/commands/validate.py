@@ -1,0 +1,191 @@
+"""Top-1 / top-5 validation of timm models on any device.
+
+Examples:
+  python validate.py /data/imagenet/val --model resnet50.a1_in1k --pretrained --device npu --amp
+  python validate.py data/fashion-mnist-mini --model runs/fmnist/model --results-file results.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+import timm
+
+from vtools import data as vdata
+from vtools.cli import (OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args,
+                        add_loader_args, add_model_args, add_preprocess_args, check_values, preprocess_overrides,
+                        setup_runtime)
+from vtools.engine import evaluate
+from vtools.errors import UsageError
+from vtools.files import check_writable, format_table, write_rows
+from vtools.models import class_names_of, count_params, create_model, prepare_for_eval, use_channels_last
+from vtools.profiling import StepProfiler
+from vtools.sources import Source, SourceRequest, open_source
+
+CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_argument_group("data")
+    add_data_source_args(group, "DIR", "image folder with one sub-folder per class (or a root holding the --split "
+                                       "folder)")
+    add_dataset_args(group)
+    group.add_argument("--split", default="validation", help="split to validate: folder, split name or shard "
+                                                             "pattern (default: validation)")
+    group.add_argument("--class-map", default="", metavar="FILE",
+                       help="text file of class folder names, one per line, line number = label index")
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_loader_args(parser, batch_size=256)
+    add_device_args(parser)
+    group = parser.add_argument_group("results")
+    group.add_argument("--results-file", default="", metavar="PATH", help="write one row per model here")
+    group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    return parser
+
+
+def expand_models(pattern: str | None, pretrained: bool) -> list[str]:
+    """One name, a comma-separated list, or a wildcard over timm's registry."""
+    if not pattern:
+        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
+    names: list[str] = []
+    for part in (p.strip() for p in pattern.split(",") if p.strip()):
+        if any(ch in part for ch in "*?[") and not Path(part).exists():
+            matches = timm.list_models(part, pretrained=pretrained) if pretrained else [
+                m for m in timm.list_models() if fnmatch.fnmatch(m, part)]
+            if not matches:
+                raise UsageError(f"--model {part}: no timm model matches")
+            names.extend(matches)
+        else:
+            names.append(part)
+    return names
+
+
+def expand_checkpoints(spec: str) -> list[str]:
+    """A file, a folder of checkpoints, or a glob; empty means no checkpoint."""
+    if not spec:
+        return [""]
+    if os.path.isdir(spec):
+        found = sorted({p for pattern in CHECKPOINT_PATTERNS for p in glob.glob(os.path.join(spec, pattern))})
+        if not found:
+            raise UsageError(f"--checkpoint {spec}: no checkpoints ({', '.join(CHECKPOINT_PATTERNS)}) in that folder")
+        return found
+    if any(ch in spec for ch in "*?["):
+        found = sorted(glob.glob(spec))
+        if not found:
+            raise UsageError(f"--checkpoint {spec}: no file matches")
+        return found
+    return [spec]
+
+
+def check_data_first(args: argparse.Namespace) -> None:
+    """The data's cheap checks (folder or shards exist, classes and images are there, columns are
+    known), before any model is created or downloaded: a typo in the path must not cost a download,
+    or a minute of retries offline."""
+    if args.dataset.startswith("torch/"):
+        return  # a torchvision set is checked when it is opened
+    root = args.data or args.data_dir
+    if not root:
+        raise UsageError("give the data to validate (DIR or --data-dir)")
+    if args.dataset:
+        open_source(_request(args))
+    else:
+        vdata.labelled_files(vdata.resolve_split_dir(root, args.split))
+
+
+def _request(args: argparse.Namespace, class_map: dict[str, int] | None = None) -> SourceRequest:
+    return SourceRequest(args.dataset, args.data or args.data_dir or "", args.split, args.dataset_download,
+                         args.input_key, args.target_key, class_map)
+
+
+def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
+                      channels_last: bool, skipped: list[str]) -> vdata.DeviceLoader:
+    """The validation set for this model, as normalized batches on the device. Class folders are
+    matched to the model's class names; other sources carry their labels as stored."""
+    class_map = None
+    if not args.dataset:
+        split_dir = vdata.resolve_split_dir(args.data or args.data_dir, args.split)
+        classes = vdata.find_class_folders(split_dir)
+        class_map, how = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        print(f"{split_dir}: {len(classes)} class folders; {how}")
+    source = open_source(_request(args, class_map))
+    if args.dataset:
+        print(f"{source.description}; labels as the dataset stores them")
+    labels = getattr(source.samples, "labels", None)  # folders: known up front
+    if (max(labels) if labels else len(source.classes or []) - 1) >= model.num_classes:
+        raise UsageError(_too_many_classes(source, args.model, model.num_classes))
+    dataset = source.images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
+    return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
+                                    channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
+
+
+def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
+    """Why the data's labels do not fit the model, naming empty class folders (they still count)."""
+    names = source.classes or []
+    used = set(getattr(source.samples, "labels", range(len(names))))
+    empty = [name for index, name in enumerate(names) if index not in used]
+    message = f"{source.description} has {len(names)} classes but {model_name} has {outputs} outputs"
+    if empty:
+        message += f" ({', '.join(empty[:3])}{' ...' if len(empty) > 3 else ''} holds no images but counts as a class)"
+    return message + "; pass --class-map or a model trained on these classes"
+
+
+def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
+    """Validate one model/checkpoint pair and return its results row (timm's keys first)."""
+    pretrained = args.pretrained or not checkpoint  # as timm's validate.py: no checkpoint -> pretrained weights
+    model = create_model(model_name, pretrained=pretrained, num_classes=args.num_classes, in_chans=args.in_chans,
+                         model_kwargs=args.model_kwargs, checkpoint=checkpoint or None, use_ema=args.use_ema,
+                         device=runtime.device)
+    data_config = vdata.data_config_for(model, preprocess_overrides(args))
+    skipped: list[str] = []
+    channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    loader = build_eval_loader(args, model, data_config, runtime, channels_last, skipped)
+    model = prepare_for_eval(model, channels_last, args.torchcompile)
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_file or "results").parent,
+                            f"validate-{Path(model_name).name}")
+    result = evaluate(model, profiler.wrap(loader), runtime.device, runtime.amp, desc=Path(model_name).name,
+                      log=print, log_freq=args.log_freq)
+    if result.count == 0:
+        raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
+    return {
+        "model": model_name, "top1": round(result.top1, 4), "top1_err": round(100 - result.top1, 4),
+        "top5": round(result.top5, 4), "top5_err": round(100 - result.top5, 4),
+        "param_count": round(count_params(model) / 1e6, 2), "img_size": data_config["input_size"][-1],
+        "crop_pct": data_config["crop_pct"], "interpolation": data_config["interpolation"],
+        "loss": round(result.loss, 6), "samples": result.count, "skipped": len(skipped),
+        "device": str(runtime.device), "amp_dtype": runtime.amp.dtype_name, "channels_last": channels_last,
+        "img_per_sec": round(result.images_per_second, 2), "checkpoint": checkpoint,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_values(args)
+    runtime = setup_runtime(args)
+    if args.results_file:
+        check_writable(args.results_file, "--results-file")
+    check_data_first(args)
+    models = expand_models(args.model, args.pretrained)
+    checkpoints = expand_checkpoints(args.checkpoint)
+    rows = []
+    for model_name in models:
+        for checkpoint in checkpoints:
+            row = validate_one(args, model_name, checkpoint, runtime)
+            print(f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+                  f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+                  f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s", flush=True)
+            rows.append(row)
+    columns = ["model", "top1", "top5", "loss", "samples", "param_count", "img_size", "device", "amp_dtype",
+               "img_per_sec"]
+    print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
+    if args.results_file:
+        write_rows(args.results_file, rows, args.results_format)
+        print(f"results written to {args.results_file}")
+    return 0
+
