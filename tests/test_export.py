@@ -16,10 +16,9 @@ import pytest
 import torch
 
 from tests.conftest import (DEVICE_TYPES, REPO, assert_one_line_error, assert_usage_error, device_flags, run_script,
-                            write_model_folder)
+                            train_args)
 
 SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
-CLASSES = sorted(p.name for p in SHIPPED_VAL.iterdir())
 
 
 def _export(*args: str) -> object:
@@ -27,19 +26,20 @@ def _export(*args: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def exported_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 10-class model folder (the shipped classes, 32-px input) with its model.onnx."""
-    folder = write_model_folder(tmp_path_factory.mktemp("export") / "model", len(CLASSES), CLASSES, seed=5)
-    config = json.loads((folder / "config.json").read_text())
-    config["pretrained_cfg"].update(input_size=[3, 32, 32], interpolation="bilinear", crop_pct=1.0)
-    (folder / "config.json").write_text(json.dumps(config))
-    proc = _export(str(folder), "--data", str(SHIPPED_VAL))
+def exported_folder(fashion4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model folder of a real (short) train.py run, with its model.onnx."""
+    out = tmp_path_factory.mktemp("export")
+    trained = run_script(train_args(fashion4, out, "run", "--device", "cpu", "--epochs", "2"))
+    assert trained.returncode == 0, trained.stderr
+    folder = out / "run" / "model"
+    proc = _export(str(folder), "--data", str(fashion4 / "val"))
     assert proc.returncode == 0, proc.stderr
     assert "same top-5 on 100.0 %" in proc.stdout
     return folder
 
 
-def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int, ...]) -> float:
+def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int, ...],
+                        data: Path = SHIPPED_VAL) -> float:
     """Max logit difference between PyTorch and a fresh onnxruntime session on real, preprocessed images."""
     import onnxruntime
     from timm.data import resolve_data_config
@@ -47,7 +47,7 @@ def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int
     from vtools.export import check_images
 
     config = resolve_data_config(model=model)
-    images = check_images(str(SHIPPED_VAL), config, 16)
+    images = check_images(str(data), config, 16)
     assert images.shape[1:] == size
     session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     (logits,) = session.run(None, {session.get_inputs()[0].name: images.numpy()})
@@ -56,11 +56,11 @@ def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int
 
 
 @pytest.mark.cpu_only(reason="export runs on the host; the exported file's device runs: test_validate_onnx_equals_pytorch")
-def test_model_folder_export_matches_onnxruntime(exported_folder: Path) -> None:
+def test_model_folder_export_matches_onnxruntime(exported_folder: Path, fashion4: Path) -> None:
     from vtools.models import create_model
 
     model = create_model(str(exported_folder)).eval()
-    assert _independent_parity(exported_folder / "model.onnx", model, (3, 32, 32)) < 1e-4
+    assert _independent_parity(exported_folder / "model.onnx", model, (3, 32, 32), fashion4 / "val") < 1e-4
 
 
 @pytest.mark.cpu_only(reason="export runs on the host")
@@ -114,31 +114,33 @@ def test_missing_onnxruntime_names_the_install(tmp_path: Path, exported_folder: 
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, tmp_path: Path) -> None:
+def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, fashion4: Path,
+                                     tmp_path: Path) -> None:
     rows = {}
     for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
         results = tmp_path / f"{kind}.json"
-        proc = run_script(["validate.py", str(SHIPPED_VAL), "--model", str(model), *device_flags(device_type),
+        proc = run_script(["validate.py", str(fashion4 / "val"), "--model", str(model), *device_flags(device_type),
                            "--results-file", str(results), "--results-format", "json"])
         assert proc.returncode == 0, proc.stderr
         rows[kind] = json.loads(results.read_text())[0]
-    assert rows["onnx"]["samples"] == rows["torch"]["samples"] == 300
+    assert rows["onnx"]["samples"] == rows["torch"]["samples"] == 60
     for key in ("top1", "top5"):
         assert rows["onnx"][key] == rows["torch"][key], key
     assert rows["onnx"]["loss"] == pytest.approx(rows["torch"]["loss"], abs=1e-4)
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, tmp_path: Path) -> None:
+def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, fashion4: Path,
+                                            tmp_path: Path) -> None:
     tables = {}
     for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
         out = tmp_path / f"{kind}.csv"
-        proc = run_script(["inference.py", str(SHIPPED_VAL), "--model", str(model), "--topk", "5",
+        proc = run_script(["inference.py", str(fashion4 / "val"), "--model", str(model), "--topk", "4",
                            *device_flags(device_type), "--results-file", str(out)])
         assert proc.returncode == 0, proc.stderr
         tables[kind] = pd.read_csv(out)
-    labels = [f"label_{k}" for k in range(1, 6)]
-    assert len(tables["onnx"]) == 300
+    labels = [f"label_{k}" for k in range(1, 5)]  # every class of the 4: the whole ranking
+    assert len(tables["onnx"]) == 60
     assert tables["onnx"][["filename", *labels]].equals(tables["torch"][["filename", *labels]])
-    probs = [f"prob_{k}" for k in range(1, 6)]
+    probs = [f"prob_{k}" for k in range(1, 5)]
     assert np.allclose(tables["onnx"][probs].to_numpy(), tables["torch"][probs].to_numpy(), atol=1e-5)

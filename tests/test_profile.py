@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,41 @@ def test_validate_and_inference_profile(device_type: str, shipped_model: Path, t
 def test_negative_profile_is_refused() -> None:
     assert_usage_error(run_script(["validate.py", str(SHIPPED_VAL), "--model", "test_resnet", "--profile", "-1"]),
                        "--profile must be 0 (off) or a number of steps")
+
+
+STAND_IN_PROFILER = """# Stand-in for torch_npu.profiler: its API (profile, schedule, ProfilerActivity.CPU/NPU,
+# tensorboard_trace_handler writing a folder), implemented with torch.profiler.
+import os
+import torch.profiler as _torch_profiler
+
+class ProfilerActivity:
+    CPU = _torch_profiler.ProfilerActivity.CPU
+    NPU = _torch_profiler.ProfilerActivity.PrivateUse1
+
+schedule = _torch_profiler.schedule
+profile = _torch_profiler.profile
+
+def tensorboard_trace_handler(dir_name):
+    def handle(prof):
+        os.makedirs(dir_name, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(dir_name, "stand_in.pt.trace.json"))
+    return handle
+"""
+
+
+@pytest.mark.npu_only(reason="the device table names torch_npu.profiler for npu only")
+def test_npu_uses_the_backend_profiler_named_in_the_device_table(fashion4: Path, tmp_path: Path) -> None:
+    """Where the backend brings its own profiler (torch_npu.profiler), the npu run uses it; a stand-in with
+    its API shows which module ran and that the trace folder holds the profiled steps."""
+    package = tmp_path / "stand_in" / "torch_npu"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "profiler.py").write_text(STAND_IN_PROFILER)
+    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags("npu"), "--epochs", "1",
+                                 "--batch-size", "16", "--profile", "3"),
+                      env={"PYTHONPATH": f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}"})
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "run" / "profile-train"
+    assert f"profile of 3 steps after 2 warm-up by torch_npu.profiler: {folder}" in proc.stdout
+    events = json.loads((folder / "stand_in.pt.trace.json").read_text())["traceEvents"]
+    assert len({e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}) == 3

@@ -497,7 +497,7 @@ def _train_in_process(data: Path, out: Path, name: str, *extra: str) -> int:
 
 def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: int) -> None:
     """Deliver SIGTERM ``times`` times to this process when validation of ``epoch`` starts."""
-    import train
+    from vtools.commands import train
 
     real = train.evaluate
 

@@ -43,6 +43,8 @@ class DeviceKind:
     # torch.profiler activity that records this device's own work (None: host activity only);
     # out-of-tree backends record theirs as PrivateUse1
     profiler_activity: str | None = "PrivateUse1"
+    # the backend's own profiler module (torch.profiler's API, its own trace format), used when importable
+    profiler_module: str | None = None
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
@@ -55,7 +57,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                    # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
                    tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True))),
         DeviceKind("npu", package="torch_npu", dist_backend="hccl", visible_env="ASCEND_RT_VISIBLE_DEVICES",
-                   pinned_host_memory=True,
+                   pinned_host_memory=True, profiler_module="torch_npu.profiler",
                    install_hint="install Ascend CANN and the torch_npu release built for this torch "
                                 "(torch_npu X.Y.Z requires torch X.Y.Z)"),
         DeviceKind("xpu", dist_backend="xccl", visible_env="ZE_AFFINITY_MASK", pinned_host_memory=True,
@@ -431,6 +433,20 @@ def _package_status(package: str) -> str | None:
         detail = f"{type(err).__name__}: {err}".splitlines()[0]
         return f"{version} (installed, fails to import: {detail})"
     return f"{version} (loaded)"
+
+
+def backend_profiler(device: torch.device) -> tuple[ModuleType, list[Any]] | None:
+    """The device's own profiler module (torch_npu.profiler on Ascend) and its activities, when the table
+    names one and it imports; None means torch.profiler."""
+    name = kind_of(device.type).profiler_module
+    if name is None:
+        return None
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None
+    activity = module.ProfilerActivity
+    return module, [activity.CPU, getattr(activity, device.type.upper())]
 
 
 def profiler_activities(device: torch.device) -> list[Any]:

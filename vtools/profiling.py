@@ -5,7 +5,9 @@ does between two batches (data wait included) and no loop needs a hook. It
 skips the first steps (allocator and autotuning warm-up), records N, writes a
 trace that TensorBoard's profiler plugin and Perfetto (ui.perfetto.dev) open,
 and prints the top operators by device time (when the device records its own
-activity, per the device table) and by host time.
+activity, per the device table) and by host time. A device whose backend has
+its own profiler (torch_npu.profiler on Ascend, named in the device table) is
+profiled with that one instead, which writes its own trace folder.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ class StepProfiler:
 
     def profile(self, batches: Iterable[Any]) -> Iterator[Any]:
         os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # Kineto's start-up chatter stays off the console
-        from torch.profiler import profile, schedule
-
-        activities = dev.profiler_activities(self.device)
-        recorder = profile(activities=activities, schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=self.steps,
-                                                                    repeat=1), on_trace_ready=self._report)
+        own = dev.backend_profiler(self.device)
+        module, activities = own if own is not None else (torch.profiler, dev.profiler_activities(self.device))
+        ready = self._report if own is None else self._backend_handler(module)
+        recorder = module.profile(activities=activities, on_trace_ready=ready,
+                                  schedule=module.schedule(wait=0, warmup=WARMUP_STEPS, active=self.steps, repeat=1))
         recorder.start()
         try:
             for batch in batches:
@@ -53,6 +55,19 @@ class StepProfiler:
             if not self.done:  # the loop ended (or failed) before the last profiled step
                 recorder.stop()
                 self.done = True
+
+    def _backend_handler(self, module: Any) -> Any:
+        """A backend profiler (torch_npu's) writes its own trace folder, which its tools analyse."""
+        folder = self.trace.with_name(self.trace.name.removesuffix(".pt.trace.json"))
+        write = module.tensorboard_trace_handler(str(folder))
+
+        def handler(recorder: Any) -> None:
+            self.done = True
+            write(recorder)
+            print(f"profile of {self.steps} steps after {WARMUP_STEPS} warm-up by {module.__name__}: {folder} "
+                  "(open with the backend's tools, e.g. MindStudio Insight for torch_npu)", flush=True)
+
+        return handler
 
     def _report(self, recorder: Any) -> None:
         self.done = True
