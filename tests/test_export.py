@@ -113,16 +113,23 @@ def test_missing_onnxruntime_names_the_install(tmp_path: Path, exported_folder: 
     assert_usage_error(proc, "needs the package onnxruntime", "requirements-deploy.txt")
 
 
-@pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, fashion4: Path,
-                                     tmp_path: Path) -> None:
-    rows = {}
-    for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
-        results = tmp_path / f"{kind}.json"
-        proc = run_script(["validate.py", str(fashion4 / "val"), "--model", str(model), *device_flags(device_type),
-                           "--results-file", str(results), "--results-format", "json"])
+def _run_for_torch_and_onnx(folder: Path, script: str, data: Path, device_type: str, suffix: str,
+                            *extra: str) -> dict[str, Path]:
+    """Run ``script`` on the PyTorch model folder and on its model.onnx; returns each results file."""
+    results = {}
+    for kind, model in (("torch", folder), ("onnx", folder / "model.onnx")):
+        results[kind] = folder.parent.parent / f"{script}-{device_type}-{kind}.{suffix}"
+        proc = run_script([script, str(data), "--model", str(model), *device_flags(device_type), *extra,
+                           "--results-file", str(results[kind])])
         assert proc.returncode == 0, proc.stderr
-        rows[kind] = json.loads(results.read_text())[0]
+    return results
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, fashion4: Path) -> None:
+    files = _run_for_torch_and_onnx(exported_folder, "validate.py", fashion4 / "val", device_type, "json",
+                                    "--results-format", "json")
+    rows = {kind: json.loads(path.read_text())[0] for kind, path in files.items()}
     assert rows["onnx"]["samples"] == rows["torch"]["samples"] == 60
     for key in ("top1", "top5"):
         assert rows["onnx"][key] == rows["torch"][key], key
@@ -130,15 +137,10 @@ def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, f
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, fashion4: Path,
-                                            tmp_path: Path) -> None:
-    tables = {}
-    for kind, model in (("torch", exported_folder), ("onnx", exported_folder / "model.onnx")):
-        out = tmp_path / f"{kind}.csv"
-        proc = run_script(["inference.py", str(fashion4 / "val"), "--model", str(model), "--topk", "4",
-                           *device_flags(device_type), "--results-file", str(out)])
-        assert proc.returncode == 0, proc.stderr
-        tables[kind] = pd.read_csv(out)
+def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, fashion4: Path) -> None:
+    files = _run_for_torch_and_onnx(exported_folder, "inference.py", fashion4 / "val", device_type, "csv",
+                                    "--topk", "4")
+    tables = {kind: pd.read_csv(path) for kind, path in files.items()}
     labels = [f"label_{k}" for k in range(1, 5)]  # every class of the 4: the whole ranking
     assert len(tables["onnx"]) == 60
     assert tables["onnx"][["filename", *labels]].equals(tables["torch"][["filename", *labels]])
