@@ -6,7 +6,7 @@ skips the first steps (allocator and autotuning warm-up), records N, writes a
 trace that TensorBoard's profiler plugin and Perfetto (ui.perfetto.dev) open,
 and prints the top operators by device time (when the device records its own
 activity, per the device table) and by host time. A device whose backend has
-its own profiler (torch_npu.profiler on Ascend, named in the device table) is
+its own profiler (Ascend's, as the device table names it) is
 profiled with that one instead, which writes its own trace folder.
 """
 
@@ -57,7 +57,7 @@ class StepProfiler:
                 self.done = True
 
     def _backend_handler(self, module: Any) -> Any:
-        """A backend profiler (torch_npu's) writes its own trace folder, which its tools analyse."""
+        """A backend's own profiler writes its own trace folder, which that backend's tools analyse."""
         folder = self.trace.with_name(self.trace.name.removesuffix(".pt.trace.json"))
         write = module.tensorboard_trace_handler(str(folder))
 
@@ -65,7 +65,7 @@ class StepProfiler:
             self.done = True
             write(recorder)
             print(f"profile of {self.steps} steps after {WARMUP_STEPS} warm-up by {module.__name__}: {folder} "
-                  "(open with the backend's tools, e.g. MindStudio Insight for torch_npu)", flush=True)
+                  "(open it with that backend's tools, e.g. MindStudio Insight on Ascend)", flush=True)
 
         return handler
 
