@@ -397,4 +397,4 @@ def test_missing_datasets_package_names_the_pip_command(stores: dict[str, Path],
     proc = run_script(["validate.py", "--dataset", "hfds/fashion4", "--data-dir", str(stores["parquet"]),
                        "--model", str(model4), "--device", "cpu"],
                       env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"})
-    assert_usage_error(proc, "needs the package datasets", "pip install datasets")
+    assert_usage_error(proc, "needs the package datasets", "pip install -r requirements-hf.txt")

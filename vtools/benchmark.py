@@ -200,7 +200,7 @@ def _open(source: str, split: str, args: argparse.Namespace) -> Any:
     from vtools.sources import SourceRequest, open_source
 
     if source == "folder":
-        return open_source(SourceRequest("", args.data, split if split == "train" else "validation"))
+        return open_source(SourceRequest("", args.data, split))
     kind = "wds" if source.startswith("wds") else "parquet"
     return open_source(SourceRequest(STORE_KINDS[kind], str(Path(args.stores) / source), split))
 

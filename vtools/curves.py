@@ -22,7 +22,7 @@ from typing import Any
 from vtools.cli import OneLineParser
 from vtools.errors import UsageError
 from vtools.files import atomic_write
-from vtools.onnx_model import optional_module
+from vtools.optional import optional_module
 
 EPOCH_SCALARS = {"train_loss": "train/loss", "eval_loss": "eval/loss", "eval_top1": "eval/top1",
                  "eval_top5": "eval/top5", "lr": "lr", "img_per_sec": "train/img_per_sec",

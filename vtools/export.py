@@ -6,9 +6,9 @@ the ``config.json`` that holds its preprocessing and class names), a timm name
 lands beside the checkpoint). The batch dimension is dynamic; the input size is
 the model's data config.
 
-Opset 17 by default: onnxruntime runs it, and Ascend's ATC converts it to an
-``.om``; torch's TorchScript exporter writes it. ``--opset 18`` and above use
-torch's newer ``torch.export`` exporter instead.
+Opset 17 by default, written by torch's TorchScript exporter: onnxruntime runs
+it, and it is an opset Ascend's ATC takes to make an ``.om`` (not tested here).
+``--opset 18`` and above use torch's newer ``torch.export`` exporter instead.
 
 The file is written under a temporary name and checked before it is renamed
 into place: real images from ``--data`` go through the model's own eval
@@ -34,7 +34,7 @@ from vtools import data as vdata
 from vtools.cli import OneLineParser
 from vtools.errors import RunFailed, UsageError
 from vtools.models import create_model, model_folder_of
-from vtools.onnx_model import optional_module
+from vtools.optional import optional_module
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,20 +73,12 @@ def default_output(args: argparse.Namespace) -> Path:
 
 
 def check_images(data: str, data_config: dict[str, Any], count: int) -> torch.Tensor:
-    """Up to ``count`` real images, preprocessed as validation does (float, normalized)."""
+    """Up to ``count`` real images, through the same loader and normalization validate.py uses."""
     paths = vdata.find_images(data)[:count]
-    transform = vdata.eval_transform(data_config)
-    mode = vdata.image_mode(data_config)
-    images = []
-    for path in paths:
-        image = vdata.open_image(path, mode)
-        if isinstance(image, vdata.BadSample):
-            raise UsageError(f"cannot read image {image.path} ({image.reason})")
-        images.append(transform(image))
-    batch = torch.stack(images).float().div_(255)
-    mean = torch.tensor(data_config["mean"]).view(1, -1, 1, 1)
-    std = torch.tensor(data_config["std"]).view(1, -1, 1, 1)
-    return (batch - mean) / std
+    dataset = vdata.ImageFiles(paths, None, vdata.eval_transform(data_config), vdata.image_mode(data_config))
+    loader = vdata.eval_device_loader(dataset, len(paths), torch.device("cpu"), 0, data_config, False,
+                                      vdata.bad_image_handler("error", []))
+    return torch.cat([batch.images for batch in loader])
 
 
 def write_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:

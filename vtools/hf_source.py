@@ -7,30 +7,25 @@ them, as the folder and shard readers do, so every source shares one decoding
 path and one bad-image policy. Class names come from the label column's
 ``ClassLabel`` feature when it has one.
 
-The ``datasets`` package is optional (``pip install datasets``): it is large,
+The ``datasets`` package is optional (requirements-hf.txt): it is large,
 and only this source needs it.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from vtools.data import BadSample, RawSample
 from vtools.errors import UsageError
+from vtools.optional import HF, optional_module
 
-INSTALL = "pip install datasets"
-
-
-def _datasets_module(spec: str) -> Any:
-    try:
-        datasets = importlib.import_module("datasets")
-    except ImportError as err:
-        raise UsageError(f"{spec} needs the package datasets, which is not installed ({err}): {INSTALL}") from None
+def datasets_module(purpose: str) -> Any:
+    """The ``datasets`` package (optional); its progress bars, like ours, only on terminals."""
+    datasets = optional_module("datasets", purpose, HF)
     if not sys.stderr.isatty():
-        datasets.disable_progress_bars()  # as our own bars: shown on terminals, kept out of logs
+        datasets.disable_progress_bars()
     return datasets
 
 
@@ -93,7 +88,7 @@ class TableSamples:
 def open_table_samples(spec: str, name: str, root: Path, split: str, image_key: str, label_key: str | None,
                        download: bool) -> tuple[TableSamples, list[str] | None]:
     """The split's samples and, from the label feature, the class names."""
-    datasets = _datasets_module(f"--dataset {spec}")
+    datasets = datasets_module(f"--dataset {spec}")
     folder = _local_copy(root, name)
     if folder is not None:
         table = _load_split(datasets, spec, folder, split)

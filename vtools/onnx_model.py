@@ -8,12 +8,11 @@ the logits back on the device. Preprocessing and class names come from the
 model folder's ``config.json`` beside the file (``vtools export`` writes the
 ``.onnx`` there), else from the input shape and ImageNet defaults.
 
-onnxruntime is optional (``pip install -r requirements-deploy.txt``).
+onnxruntime is optional (requirements-deploy.txt).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -23,17 +22,7 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from vtools.errors import UsageError
-
-INSTALL = "pip install -r requirements-deploy.txt"
-
-
-def optional_module(name: str, purpose: str) -> Any:
-    """Import an optional package, or stop with one line naming the install command."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as err:
-        raise UsageError(f"{purpose} needs the package {name}, which is not installed ({err}): {INSTALL}") from None
-
+from vtools.optional import optional_module
 
 def is_onnx(name: str) -> bool:
     return str(name).lower().endswith(".onnx")

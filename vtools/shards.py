@@ -121,9 +121,9 @@ def _write_tar_split(out: Path, name: str, split: str, paths: list[str], labels:
 
 def _write_parquet_split(out: Path, split: str, paths: list[str], labels: list[int], classes: list[str],
                          max_side: int | None, workers: int) -> None:
-    from vtools.hf_source import _datasets_module
+    from vtools.hf_source import datasets_module
 
-    datasets = _datasets_module("--format parquet")
+    datasets = datasets_module("--format parquet")
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
     images = [{"bytes": data, "path": os.path.basename(path)}
               for path, (data, _) in zip(paths, progress(_encoded_all(paths, max_side, workers), f"{split} rows",

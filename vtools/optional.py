@@ -1,0 +1,19 @@
+"""Optional packages: imported when a feature needs them, else one line naming what to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from vtools.errors import UsageError
+
+DEPLOY = "pip install -r requirements-deploy.txt"  # onnx, onnxruntime, tensorboard, matplotlib
+HF = "pip install -r requirements-hf.txt"  # datasets
+
+
+def optional_module(name: str, purpose: str, install: str = DEPLOY) -> ModuleType:
+    """Import ``name`` for ``purpose``, or stop with one line (exit 2) naming the install command."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise UsageError(f"{purpose} needs the package {name}, which is not installed ({err}): {install}") from None
