@@ -109,7 +109,8 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
     if proc.returncode == 0:
         pytest.skip("the run finished before the signal arrived")
     assert proc.returncode == 143, stderr
-    assert "SIGTERM: saved a resumable checkpoint" in stdout
+    # mid-epoch as a rule; right at the epoch's end when the signal lands before the loop's next check
+    assert "SIGTERM: saved a resumable checkpoint" in stdout or "SIGTERM: stopping after epoch 0" in stdout, stdout
     [run] = list((tmp_path / "out").iterdir())
     assert run.name.startswith("test_resnet-")
     state = torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)

@@ -9,9 +9,9 @@ scripts read it with ``--checkpoint``.
 
 from __future__ import annotations
 
-import io
 import pickle
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from vtools.errors import UsageError
-from vtools.files import atomic_write
+from vtools.files import atomic_copy, atomic_write
 from vtools.models import unpickling_message
 
 LAST = "last.pth.tar"
@@ -40,12 +40,6 @@ def native_rng(state: dict[str, Any]) -> dict[str, Any]:
     python_version, python_state, gauss = state["python"]
     return {**state, "numpy": (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached),
             "python": (python_version, tuple(python_state), gauss)}
-
-
-def serialize(state: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
 
 
 def load_training_state(path: str | Path) -> dict[str, Any]:
@@ -71,7 +65,15 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
 
 @dataclass
 class CheckpointManager:
-    """Keeps last, best and the newest ``keep`` numbered checkpoints in ``folder``."""
+    """Keeps last, best and the newest ``keep`` numbered checkpoints in ``folder``.
+
+    An epoch's checkpoint is written in a background thread from a host copy of
+    the state, so the next epoch trains while it goes to disk (and is fsynced);
+    numbered and best are copies of that file (never hard links: a damaged
+    ``last`` must leave them intact for ``--resume auto`` to fall back on).
+    :meth:`wait` blocks until the last one is whole and raises its failure; the
+    next save, an interrupted save and the end of a run call it.
+    """
 
     folder: Path
     keep: int = 10
@@ -79,6 +81,8 @@ class CheckpointManager:
     best_metric: float | None = None
     best_epoch: int | None = None
     saved: list[Path] = field(default_factory=list)
+    _writer: threading.Thread | None = field(default=None, repr=False)
+    _failure: BaseException | None = field(default=None, repr=False)
 
     def is_better(self, metric: float) -> bool:
         if self.best_metric is None:
@@ -86,27 +90,61 @@ class CheckpointManager:
         return metric > self.best_metric if self.higher_is_better else metric < self.best_metric
 
     def save(self, state: dict[str, Any], epoch: int, metric: float | None) -> bool:
-        """Write last, and for a validated epoch (``metric`` given) a numbered one and best when improved;
-        returns whether this is the new best."""
+        """Start writing last, and for a validated epoch (``metric`` given) a numbered one and best when
+        improved; returns whether this is the new best."""
+        self.wait()
         improved = metric is not None and self.is_better(metric)
         if improved:
             self.best_metric, self.best_epoch = metric, epoch
-        state = {**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch}
-        payload = serialize(state)
-        atomic_write(self.folder / LAST, lambda stream: stream.write(payload))
-        if self.keep > 0 and metric is not None:
-            atomic_write(self.folder / f"checkpoint-{epoch}.pth.tar", lambda stream: stream.write(payload))
-            self._prune()
-        if improved:
-            atomic_write(self.folder / BEST, lambda stream: stream.write(payload))
+        snapshot = host_copy({**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch})
+        self._writer = threading.Thread(target=self._write_in_background, name="checkpoint-writer",
+                                        args=(snapshot, epoch, metric is not None, improved))
+        self._writer.start()
         return improved
 
+    def wait(self) -> None:
+        """Return once the checkpoint being written is on disk; raise what made its write fail."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _write_in_background(self, state: dict[str, Any], epoch: int, validated: bool, improved: bool) -> None:
+        try:
+            last = atomic_write(self.folder / LAST, lambda stream: torch.save(state, stream))
+            if self.keep > 0 and validated:  # copies of the file, not a second serialization
+                atomic_copy(last, self.folder / f"checkpoint-{epoch}.pth.tar")
+                self._prune()
+            if improved:
+                atomic_copy(last, self.folder / BEST)
+        except BaseException as err:  # handed to the main thread by wait()
+            self._failure = err
+
     def save_interrupted(self, state: dict[str, Any]) -> Path:
-        """A mid-epoch checkpoint (on SIGINT/SIGTERM) that --resume continues from."""
-        payload = serialize({**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch})
-        return atomic_write(self.folder / LAST, lambda stream: stream.write(payload))
+        """A mid-epoch checkpoint (on SIGINT/SIGTERM) that --resume continues from, written now."""
+        self.wait()
+        state = {**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch}
+        return atomic_write(self.folder / LAST, lambda stream: torch.save(state, stream))
 
     def _prune(self) -> None:
         numbered = sorted((int(m.group(1)), p) for p in self.folder.iterdir() if (m := NUMBERED.match(p.name)))
         for _, path in numbered[:-self.keep]:
             path.unlink(missing_ok=True)
+
+
+def host_copy(value: Any) -> Any:
+    """``value`` with every tensor copied to host memory: what the background writer saves while
+    training goes on changing the live weights and optimizer state."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        copied = type(value)((key, host_copy(item)) for key, item in value.items())
+        if hasattr(value, "_metadata"):  # a module state_dict's version record: loading reads it
+            copied._metadata = value._metadata
+        return copied
+    if isinstance(value, (list, tuple)):
+        items = [host_copy(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value

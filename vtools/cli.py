@@ -15,6 +15,10 @@ from timm.utils import ParseKwargs
 from vtools.amp import AMP_DTYPES, AmpPolicy, resolve_amp
 from vtools.device import apply_tuning, resolve_device
 from vtools.errors import UsageError
+from vtools.host import CpuBudget, setup_cpu_budget
+
+WORKERS_HELP = ("loader processes (default: from the cpu budget: one per 4 cores on cpu, all cores but one on an "
+                "accelerator; at most 8)")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -75,6 +79,13 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--amp-dtype", default="auto", choices=AMP_DTYPES,
                        help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
                             "with a GradScaler (default: auto)")
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="intra-op threads of the main process (default: all its cores on cpu, the cores "
+                            "the loader workers leave on an accelerator; OMP_NUM_THREADS when set)")
+    group.add_argument("--bind-cores", action="store_true", default=False,
+                       help="pin each process (under torchrun: each rank, to its own share of the cores) and "
+                            "its loader workers to fixed cores; a backend variable such as CPU_AFFINITY_CONF "
+                            "takes precedence")
     group.add_argument("--profile", type=int, default=0, metavar="N",
                        help="profile N steps of the loop (after 2 warm-up steps) with torch.profiler: a trace "
                             "for TensorBoard/Perfetto and the top operators (default: 0, off)")
@@ -86,14 +97,17 @@ class Runtime:
 
     device: torch.device
     amp: AmpPolicy
+    budget: CpuBudget
 
 
 def setup_runtime(args: argparse.Namespace) -> Runtime:
-    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, and apply the
-    device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does)."""
+    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
+    device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
+    split the host's cores between loader workers and the main process (vtools/host.py)."""
     device = resolve_device(args.device, args.device_modules)
     apply_tuning(device)
-    return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype))
+    budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)
+    return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype), budget=budget)
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = None,
@@ -145,7 +159,7 @@ def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
     group.add_argument("--batch-size", "-b", type=int, default=batch_size, metavar="N",
                        help=f"batch size (default: {batch_size})")
     group.add_argument("--workers", "-j", type=int, default=None, metavar="N",
-                       help="data loading processes (default: cores - 1, at most 8)")
+                       help=WORKERS_HELP)
     group.add_argument("--on-bad-image", default="error", choices=("error", "skip"),
                        help="an unreadable image stops the run naming the file (error), or is logged and "
                             "counted (skip) (default: error)")

@@ -34,6 +34,7 @@ from timm.data import ImageNetInfo, create_transform, resolve_data_config
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vtools import device as dev
+from vtools.host import plan, usable_cores
 from vtools.errors import UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm")
@@ -61,14 +62,6 @@ class BadSample:
     reason: str
     replaced: bool = False
 
-
-def default_workers() -> int:
-    """Leave one core for the main process, use at most 8 workers."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(8, cores - 1))
 
 
 def open_image(source: str | os.PathLike | bytes, mode: str, name: str | None = None) -> Image.Image | BadSample:
@@ -386,7 +379,7 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, workers
     from it, and drawn from the global RNG that would shift the dropout and mixup
     streams of a resumed run, whose first validation comes at another moment.
     """
-    workers = default_workers() if workers is None else workers
+    workers = plan(device.type, len(usable_cores())).workers if workers is None else workers
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, worker_init_fn=leave_signals_to_main,
                       num_workers=workers, collate_fn=collate, pin_memory=dev.pin_memory(device),
                       drop_last=drop_last, persistent_workers=persistent and workers > 0,
@@ -413,9 +406,20 @@ class DeviceLoader:
         self.on_bad = on_bad
         self.non_blocking = dev.non_blocking(device)
         self.stream = dev.new_stream(device)
+        self._started: Iterator[Batch] | None = None
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    @property
+    def started(self) -> bool:
+        return self._started is not None
+
+    def start(self) -> None:
+        """Have the workers start decoding the next pass now (its order must be set already), so its
+        first batches are ready when it begins instead of costing a wait at every epoch's start."""
+        if self._started is None:
+            self._started = iter(self.loader)
 
     @property
     def dataset(self) -> Dataset:
@@ -439,8 +443,9 @@ class DeviceLoader:
             return self._to_device(batch)
 
     def __iter__(self) -> Iterator[Batch]:
+        batches, self._started = self._started or iter(self.loader), None
         upcoming: Batch | None = None
-        for batch in self.loader:
+        for batch in batches:
             prepared = self._prepare(batch)
             if upcoming is not None:
                 yield upcoming

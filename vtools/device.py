@@ -45,19 +45,28 @@ class DeviceKind:
     profiler_activity: str | None = "PrivateUse1"
     # the backend's own profiler module (torch.profiler's API, its own trace format), used when importable
     profiler_module: str | None = None
+    # the model runs on the host's cores (so it, not decoding, gets most of them: vtools/host.py)
+    computes_on_host: bool = False
+    # environment variable through which the backend binds its own threads to cores (then vtools does not)
+    affinity_env: str | None = None
+    # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
+    fused_optimizer: bool = False
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     kind.type: kind
     for kind in (
-        DeviceKind("cpu", dist_backend="gloo", channels_last=True, profiler_activity=None),
+        DeviceKind("cpu", dist_backend="gloo", channels_last=True, profiler_activity=None, computes_on_host=True,
+                   fused_optimizer=True),
         DeviceKind("cuda", dist_backend="nccl", visible_env="CUDA_VISIBLE_DEVICES", pinned_host_memory=True,
                    channels_last=True, install_hint="install a CUDA (or ROCm) build of torch",
-                   profiler_activity="CUDA",
+                   profiler_activity="CUDA", fused_optimizer=True,
                    # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
                    tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True))),
         DeviceKind("npu", package="torch_npu", dist_backend="hccl", visible_env="ASCEND_RT_VISIBLE_DEVICES",
                    pinned_host_memory=True, profiler_module="torch_npu.profiler",
+                   # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
+                   affinity_env="CPU_AFFINITY_CONF",
                    install_hint="install Ascend CANN and the torch_npu release built for this torch "
                                 "(torch_npu X.Y.Z requires torch X.Y.Z)"),
         DeviceKind("xpu", dist_backend="xccl", visible_env="ZE_AFFINITY_MASK", pinned_host_memory=True,
@@ -270,6 +279,12 @@ def is_bf16_supported(device: torch.device) -> bool:
         return bool(supported)
     dtypes = _call(device, "get_amp_supported_dtype", default=[])
     return torch.bfloat16 in dtypes
+
+
+def fused_optimizer(device: torch.device) -> bool:
+    """Whether torch's fused optimizer steps run on this device (one pass over the weights, not one per
+    tensor and operation)."""
+    return kind_of(device.type).fused_optimizer
 
 
 def pin_memory(device: torch.device) -> bool:

@@ -14,10 +14,11 @@ from vtools import device as dev
 from vtools.cli import OneLineParser
 from vtools.amp import resolve_amp
 from vtools.errors import UsageError, fail
+from vtools.host import setup_cpu_budget
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "ASCEND_TOOLKIT_HOME", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS",
+    "ASCEND_TOOLKIT_HOME", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS", "CPU_AFFINITY_CONF",
 )
 
 
@@ -67,6 +68,7 @@ def _device_report(target: torch.device) -> dict[str, Any]:
         "grad_scaler": amp.needs_grad_scaler,
         "dist_backend": _dist_backend_or_reason(target),
         "tuning": dev.apply_tuning(target) or "none",
+        "cpu_budget": setup_cpu_budget(target).describe(),
     }
 
 

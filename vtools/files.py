@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,6 +52,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
         Path(temp).unlink(missing_ok=True)
         raise
     return target
+
+
+def atomic_copy(source: Path, target: Path) -> Path:
+    """``target`` becomes a copy of ``source``, atomically. A copy, not a hard link: a file written
+    over in place later (an interrupted ``cp`` onto it) must not damage the other names."""
+    def copy(stream: IO[bytes]) -> None:
+        with open(source, "rb") as original:
+            shutil.copyfileobj(original, stream, 1 << 22)
+    return atomic_write(target, copy)
 
 
 def _umask() -> int:

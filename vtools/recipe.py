@@ -7,16 +7,18 @@ flag names) onto the timm factory that owns the job.
 from __future__ import annotations
 
 import argparse
+import inspect
 from typing import Any
 
 import torch
 from timm.data import Mixup, create_transform
 from timm.data.random_erasing import RandomErasing
 from timm.loss import BinaryCrossEntropy, LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.optim import create_optimizer_v2, optimizer_kwargs
+from timm.optim import create_optimizer_v2, get_optimizer_info, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import ModelEmaV3
 
+from vtools import device as dev
 from vtools.errors import UsageError
 
 
@@ -30,9 +32,31 @@ def scaled_lr(args: argparse.Namespace, global_batch_size: int) -> float:
 
 
 def build_optimizer(model: torch.nn.Module, args: argparse.Namespace, lr: float) -> torch.optim.Optimizer:
+    """timm's optimizer for the flags; its fused step where torch has one for the optimizer and device
+    (one pass over the weights instead of one per tensor and operation: on cpu, a ResNet-18's AdamW step
+    drops from about 30 to 11 ms)."""
     kwargs = optimizer_kwargs(args)
     kwargs["lr"] = lr
+    if dev.fused_optimizer(next(model.parameters()).device) and _accepts_fused(args.opt):
+        kwargs["fused"] = True
     return create_optimizer_v2(model, **kwargs)
+
+
+def _accepts_fused(name: str) -> bool:
+    try:
+        opt_class = get_optimizer_info(name).opt_class
+    except (ValueError, KeyError):  # wrapped names (lookahead_...) and the like: leave them as they are
+        return False
+    return "fused" in inspect.signature(opt_class).parameters
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Restore an optimizer's state but keep this run's implementation flags (a checkpoint from a device
+    with fused steps may resume on one without)."""
+    flags = [{key: group[key] for key in ("fused", "foreach") if key in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, kept in zip(optimizer.param_groups, flags):
+        group.update(kept)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace,

@@ -26,6 +26,7 @@ from vtools.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.errors import UsageError
 from vtools.files import atomic_write
 from vtools.models import check_state_dict_fits, unwrap
+from vtools.recipe import load_optimizer_state
 from vtools.run_lock import holds_ended_run, reserve_new_folder
 from vtools.training import EpochResult, TrainComponents
 
@@ -182,7 +183,7 @@ def restore(state: dict[str, Any], parts: TrainComponents, manager: CheckpointMa
     and a note for the user when the number of processes changed."""
     check_state_dict_fits(parts.model, state["state_dict"], "--resume")
     parts.model.load_state_dict(state["state_dict"])
-    parts.optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(parts.optimizer, state["optimizer"])
     if parts.scheduler is not None and state.get("scheduler") is not None:
         load_scheduler_state(parts.scheduler, state["scheduler"])
     if parts.scaler is not None and state.get("scaler") is not None:

@@ -30,6 +30,7 @@ from PIL import Image
 from vtools import data as vdata
 from vtools.cli import OneLineParser
 from vtools.errors import UsageError
+from vtools.host import usable_cores
 from vtools.progress import progress
 
 SPLIT_NAMES = ("train", "validation", "test")
@@ -179,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-size", type=int, default=1000, metavar="N", help="samples per shard (default: 1000)")
     parser.add_argument("--max-side", type=int, default=None, metavar="N",
                         help="store images re-encoded with the longer side at most N pixels")
-    parser.add_argument("--workers", "-j", type=int, default=vdata.default_workers(),
-                        help="processes that re-encode images with --max-side (default: cores - 1)")
+    parser.add_argument("--workers", "-j", type=int, default=len(usable_cores()),
+                        help="processes that re-encode images with --max-side (default: the usable cores)")
     args = parser.parse_args(argv)
     for flag, value in (("--shard-size", args.shard_size), ("--max-side", args.max_side or 1),
                         ("--workers", args.workers)):

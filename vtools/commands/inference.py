@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = Source(samples, None, source).images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
     skipped: list[str] = []
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
-    loader = vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
+    loader = vdata.eval_device_loader(dataset, args.batch_size, runtime.device, runtime.budget.workers, data_config,
                                       channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
     model = prepare_for_eval(model, channels_last, args.torchcompile)
     profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), "inference")

@@ -23,7 +23,7 @@ from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
 from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
-from vtools.cli import (OneLineParser, add_data_source_args, add_dataset_args, add_device_args, add_model_args,
+from vtools.cli import (WORKERS_HELP, OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args, add_model_args,
                         add_preprocess_args, check_positive, check_values, preprocess_overrides, setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.curves import ScalarLog, plot_runs
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--batch-size", "-b", type=int, default=128, help="per-device batch size (default: 128)")
     group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
     group.add_argument("--grad-accum-steps", type=int, default=1, help="batches per optimizer update")
-    group.add_argument("--workers", "-j", type=int, default=None, help="loader processes (default: cores-1, <= 8)")
+    group.add_argument("--workers", "-j", type=int, default=None, help=WORKERS_HELP)
     group = parser.add_argument_group("optimizer")
     group.add_argument("--opt", default="sgd", help="timm optimizer name (default: sgd)")
     group.add_argument("--opt-eps", type=float, default=None,
@@ -208,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     _check_args(args)
     if args.sync_bn and runtime.device.type == "cpu":
         raise UsageError("--sync-bn needs an accelerator: torch's SyncBatchNorm does not run on cpu")
-    device, amp = runtime.device, runtime.amp
+    device = runtime.device
     if args.dist_backend:
         dev.dist_backend(device, args.dist_backend)  # an unavailable backend fails now, not inside torchrun
     dist_info = init_distributed(device, args.dist_backend)
     try:
-        return train(args, device, amp, dist_info)
+        return train(args, runtime, dist_info)
     finally:
         shutdown()
 
@@ -228,7 +228,7 @@ class Loaders:
 
 
 def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source: Any, val_source: Any,
-                  device: torch.device, dist_info: DistInfo) -> Loaders:
+                  device: torch.device, dist_info: DistInfo, workers: int) -> Loaders:
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     mode = vdata.image_mode(data_config)
@@ -241,13 +241,13 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
         raise UsageError(f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images "
                          "per process")
     train_loader = vdata.DeviceLoader(
-        vdata.make_loader(train_set, args.batch_size, device, args.workers, sampler=sampler, drop_last=True,
+        vdata.make_loader(train_set, args.batch_size, device, workers, sampler=sampler, drop_last=True,
                           seed=args.seed),
         device, data_config["mean"], data_config["std"], channels_last=channels_last,
         batch_transform=recipe.build_random_erasing(args, device),
         on_bad=vdata.bad_image_handler(args.on_bad_image, [], keep_batches_full=True))
     val_loader = vdata.eval_device_loader(
-        val_set, args.validation_batch_size or args.batch_size, device, args.workers, data_config, channels_last,
+        val_set, args.validation_batch_size or args.batch_size, device, workers, data_config, channels_last,
         vdata.bad_image_handler(args.on_bad_image, []),
         sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
@@ -284,16 +284,16 @@ def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: tor
         parts.model = torch.compile(parts.model, backend=args.torchcompile)
 
 
-def train(args: argparse.Namespace, device: torch.device, amp: Any, dist_info: DistInfo) -> int:
+def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> int:
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(args, dist_info)
     with owned_folder(run.path, enabled=dist_info.is_main):
-        return run_training(args, run, device, amp, dist_info)
+        return run_training(args, run, runtime, dist_info)
 
 
-def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device, amp: Any,
-                 dist_info: DistInfo) -> int:
+def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dist_info: DistInfo) -> int:
     say = print if dist_info.is_main else (lambda *a, **k: None)
+    device, amp = runtime.device, runtime.amp
     out_dir = run.path
     resume_state = load_training_state(run.resume) if run.resume else None
     if run.note:
@@ -310,7 +310,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
     model = create_model(args.model, pretrained=args.pretrained, num_classes=num_classes, in_chans=args.in_chans,
                          model_kwargs=args.model_kwargs, drop_rate=args.drop, drop_path_rate=args.drop_path,
                          checkpoint=args.initial_checkpoint or None, device=device)
-    loaders = build_loaders(args, model, train_source, val_source, device, dist_info)
+    loaders = build_loaders(args, model, train_source, val_source, device, dist_info, runtime.budget.workers)
     parts, lr, num_epochs = build_components(args, model, loaders, num_classes, device, amp, dist_info)
     manager = CheckpointManager(out_dir, keep=args.checkpoint_hist, higher_is_better=args.eval_metric != "loss")
     position = Position()
@@ -325,6 +325,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
     say(f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
         f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
         f"{num_classes} classes, lr {lr:.4g}, {num_epochs} epochs, {dist_info.world_size} process(es) -> {out_dir}")
+    say(f"cpu budget: {runtime.budget.describe()}")
     if resume_state is None:
         say(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))
 
@@ -338,13 +339,19 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                 parts.mixup = None
             resuming = epoch == position.epoch
             first_step = position.step if resuming else 0
-            loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
+            if not loaders.train.started:
+                loaders.sampler.set_epoch(epoch, skip_samples=first_step * args.batch_size)
+            validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
+            if validates:
+                loaders.val.start()  # its workers decode the validation set while this epoch trains
             result, num_updates = train_one_epoch(
                 parts, profiler.wrap(loaders.train), epoch, num_updates, args.log_interval, stop,
                 show_progress=dist_info.is_main,
                 start_step=first_step, carried=position.carried if resuming else (0.0, 0), on_log=scalars.step)
-            validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
             metrics = None
+            if epoch + 1 < num_epochs and not result.interrupted:  # the next epoch's first batches are
+                loaders.sampler.set_epoch(epoch + 1)  # decoded during validation and the checkpoint
+                loaders.train.start()
             if validates and not result.interrupted:
                 metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp,
                                    desc=f"validate {epoch}", show_progress=dist_info.is_main,
@@ -373,9 +380,11 @@ def run_training(args: argparse.Namespace, run: RunFolder, device: torch.device,
                 scalars.epoch(summary_rows[-1])
                 say(epoch_line(epoch, result, metrics, best))
             if stop.agreed(now=True):  # a signal during validation (torchrun) or the save: this epoch is saved
+                manager.wait()
                 say(f"{stop.signal_name}: stopping after epoch {epoch}, saved in {out_dir / LAST}; continue "
                     "with --resume auto")
                 return exit_code(stop.signal_name)
+    manager.wait()  # the last checkpoint is whole (or its failure raised) before best is read
     if dist_info.is_main:
         exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
         say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "

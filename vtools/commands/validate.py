@@ -121,7 +121,7 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
     if (max(labels) if labels else len(source.classes or []) - 1) >= model.num_classes:
         raise UsageError(_too_many_classes(source, args.model, model.num_classes))
     dataset = source.images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
-    return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, args.workers, data_config,
+    return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, runtime.budget.workers, data_config,
                                     channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
 
 

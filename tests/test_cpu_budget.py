@@ -1,0 +1,110 @@
+"""The cpu budget: who gets the host's cores, decided from the core count and the device, applied to torch,
+shown at the run's start and in ``vtools env``, and overridable; core binding for torchrun ranks.
+
+Every test runs on cpu and the emulated npu: the two device rows split the cores differently (the model
+computes on the host's cores on cpu; an accelerator leaves them to decoding), so each body states the
+rule and checks it for the device at hand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import device_flags, run_script, train_args
+from vtools import data as vdata
+from vtools.device import kind_of
+from vtools.host import plan, rank_slice, setup_cpu_budget, usable_cores
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads_and_affinity() -> Iterator[None]:
+    """The budget changes process-wide settings; every test leaves them as it found them."""
+    threads, cores = torch.get_num_threads(), usable_cores()
+    yield
+    torch.set_num_threads(threads)
+    os.sched_setaffinity(0, cores)
+
+
+def expected_split(device_type: str, cores: int) -> tuple[int, int]:
+    """(workers, intra-op threads) as the README states the rule."""
+    if device_type == "cpu":
+        return max(1, min(8, cores // 4)), cores
+    workers = max(1, min(8, cores - 1))
+    return workers, max(1, cores - workers)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4, 16, 96])
+def test_default_split_follows_the_device(device: torch.device, cores: int, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    budget = plan(device.type, cores)
+    assert (budget.workers, budget.threads) == expected_split(device.type, cores)
+    assert budget.interop_threads == 1
+    assert budget.pin_thread == (not kind_of(device.type).computes_on_host)
+
+
+def test_budget_is_applied_and_reaches_the_loaders(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    budget = setup_cpu_budget(device)
+    assert (budget.workers, budget.threads) == expected_split(device.type, len(usable_cores()))
+    assert torch.get_num_threads() == budget.threads
+    assert budget.kept_freed_memory == (os.uname().sysname == "Linux")
+    loader = vdata.make_loader(list(range(8)), 2, device)  # no worker count given: the budget's
+    assert loader.num_workers == budget.workers
+
+
+def test_flags_and_omp_num_threads_override(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert setup_cpu_budget(device).threads == 3
+    assert torch.get_num_threads() == 3
+    budget = setup_cpu_budget(device, workers=0, threads=1)
+    assert (budget.workers, budget.threads, budget.pin_thread) == (0, 1, False)
+    assert torch.get_num_threads() == 1
+
+
+def test_torchrun_ranks_share_the_cores(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun each rank plans with its share of the host's cores; --bind-cores pins it there."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("CPU_AFFINITY_CONF", raising=False)
+    cores = usable_cores()
+    if len(cores) < 2:
+        pytest.skip("needs 2 cores to split between 2 ranks")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    share = len(cores) // 2
+    assert setup_cpu_budget(device).cores == share
+    budget = setup_cpu_budget(device, bind=True)
+    assert budget.bound == tuple(cores[share:2 * share])
+    assert sorted(os.sched_getaffinity(0)) == cores[share:2 * share]
+    assert rank_slice(list(range(8)), 1, 2) == [4, 5, 6, 7] and rank_slice(list(range(9)), 2, 3) == [6, 7, 8]
+
+
+def test_a_backend_affinity_variable_takes_precedence(device: torch.device, monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """Ascend's CPU_AFFINITY_CONF (named in the npu row) binds torch_npu's threads: vtools then binds
+    nothing and says so; on a device without such a variable --bind-cores binds."""
+    monkeypatch.setenv("CPU_AFFINITY_CONF", "1")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    budget = setup_cpu_budget(device, bind=True)
+    if kind_of(device.type).affinity_env == "CPU_AFFINITY_CONF":
+        assert budget.bound is None and "CPU_AFFINITY_CONF=1" in budget.describe()
+    else:
+        assert budget.bound == tuple(usable_cores()) and "CPU_AFFINITY_CONF" not in budget.describe()
+
+
+def test_start_line_and_env_report_the_budget(device: torch.device, fashion4: Path, tmp_path: Path) -> None:
+    workers, threads = expected_split(device.type, len(usable_cores()))
+    line = f"{workers} loader worker{'s' * (workers != 1)}, {threads} intra-op + 1 inter-op threads"
+    env = run_script(["-m", "vtools", "env", *device_flags(device.type)], env={"OMP_NUM_THREADS": ""})
+    assert env.returncode == 0, env.stderr
+    assert f"cpu_budget: {len(usable_cores())} cores, {line}" in env.stdout
+    proc = run_script([*train_args(fashion4, tmp_path, "run", "--epochs", "1", "--threads", "1", "--workers", "0"),
+                       *device_flags(device.type)], env={"OMP_NUM_THREADS": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert "cpu budget: " in proc.stdout and "0 loader workers, 1 intra-op + 1 inter-op threads" in proc.stdout

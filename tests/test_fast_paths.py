@@ -1,0 +1,101 @@
+"""The speed-ups of the training loop change no result: checkpoints written in the background hold the
+state of the moment they were asked for, fused optimizer steps follow timm's optimizers, and batches
+decoded ahead of an epoch are that epoch's."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from timm.optim import create_optimizer_v2
+
+from tests.conftest import REPO
+from vtools import data as vdata
+from vtools.checkpoint import BEST, LAST, CheckpointManager
+from vtools.commands.train import build_parser
+from vtools.device import fused_optimizer
+from vtools.recipe import build_optimizer
+from vtools.sampling import EpochSampler, SeededSamples
+
+
+def test_background_checkpoint_holds_the_state_at_save_time(device: torch.device, tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 3).to(device)
+    expected = {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
+    manager = CheckpointManager(tmp_path, keep=2)
+    assert manager.save({"state_dict": model.state_dict(), "epoch": 1}, epoch=0, metric=50.0)
+    with torch.no_grad():  # training goes on while the file is written
+        for param in model.parameters():
+            param.add_(1.0)
+    manager.wait()
+    saved = torch.load(tmp_path / LAST, map_location="cpu", weights_only=True)
+    for name, value in expected.items():
+        assert torch.equal(saved["state_dict"][name], value), name
+    assert saved["best_metric"] == 50.0 and saved["best_epoch"] == 0
+    for copy_name in (BEST, "checkpoint-0.pth.tar"):  # copies, not links: damage to last spares them
+        assert (tmp_path / copy_name).read_bytes() == (tmp_path / LAST).read_bytes()
+        assert not os.path.samefile(tmp_path / copy_name, tmp_path / LAST)
+
+
+@pytest.mark.cpu_only(reason="a failing write is host-side file handling; no tensor leaves the host")
+def test_a_failed_background_write_is_raised_once(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    manager = CheckpointManager(tmp_path / "file" / "run")
+    manager.save({"epoch": 1}, epoch=0, metric=None)
+    with pytest.raises(OSError):
+        manager.wait()
+    manager.wait()  # reported once, then forgotten
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw", "lamb"])
+def test_optimizer_steps_follow_timms_optimizer(device: torch.device, opt: str) -> None:
+    """vtools' optimizer (fused where torch has a fused step for the optimizer and the device) against
+    timm's create_optimizer_v2 with the same flags: given the same gradients, the same weights after each
+    step (fed the same gradients: through the network, Adam's normalization would magnify rounding)."""
+    torch.manual_seed(0)
+    ours_model = timm.create_model("test_resnet", num_classes=5).to(device)
+    timm_model = copy.deepcopy(ours_model)
+    args = build_parser().parse_args(["--opt", opt, "--weight-decay", "0.05", "--momentum", "0.9"])
+    ours = build_optimizer(ours_model, args, lr=0.01)
+    reference = create_optimizer_v2(timm_model, opt, lr=0.01, weight_decay=0.05, momentum=0.9)
+    assert bool(ours.param_groups[0].get("fused")) == (fused_optimizer(device) and opt != "lamb")
+    images = torch.randn(4, 3, 32, 32, device=device)
+    targets = torch.tensor([0, 1, 2, 3], device=device)
+    for _ in range(3):
+        torch.nn.functional.cross_entropy(ours_model(images), targets).backward()
+        for a, b in zip(ours_model.parameters(), timm_model.parameters()):
+            b.grad = a.grad.clone()
+        for optimizer in (ours, reference):
+            optimizer.step()
+            optimizer.zero_grad()
+        for (name, a), b in zip(ours_model.named_parameters(), timm_model.parameters()):
+            torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_started_pass_is_the_epoch_it_was_started_for(device: torch.device) -> None:
+    """DeviceLoader.start() (the next epoch decoded during validation) yields that epoch's batches, even
+    if the sampler moves on before the pass is consumed."""
+    images = sorted((REPO / "data/fashion-mnist-mini/val/bag").glob("*.png"))[:12]
+
+    def loader(sampler: EpochSampler) -> vdata.DeviceLoader:
+        source = SeededSamples(vdata.ImageFiles(images, None, tiny_tensor, "RGB"), seed=1)
+        return vdata.DeviceLoader(vdata.make_loader(source, 4, device, workers=1, sampler=sampler, drop_last=True),
+                                  device, (0.5,) * 3, (0.5,) * 3)
+
+    def order(sampler: EpochSampler, early: bool) -> list[int]:
+        batches = loader(sampler)
+        sampler.set_epoch(3)
+        if early:
+            batches.start()
+            sampler.set_epoch(4)
+        return [int(i) for batch in batches for i in batch.indices]
+
+    assert order(EpochSampler(12, seed=1), early=True) == order(EpochSampler(12, seed=1), early=False)
+
+
+def tiny_tensor(image: object) -> torch.Tensor:
+    """A stand-in transform (picklable, for the worker): the order of the samples is what is compared."""
+    return torch.zeros(3, 2, 2, dtype=torch.uint8)
