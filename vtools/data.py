@@ -20,6 +20,7 @@ import multiprocessing.util  # noqa: F401  (its exit handler must be registered 
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -359,11 +360,14 @@ def _kill_loader_workers_at_exit() -> None:
     multiprocessing's own exit handler sends them SIGTERM and then waits; ours
     ignore SIGTERM (leave_signals_to_main), so a run that ends while its workers
     are still up (a failure mid-epoch) would wait forever. atexit runs handlers
-    last-in first-out, so this one runs before multiprocessing's.
+    last-in first-out, so this one runs before multiprocessing's. torch's SIGCHLD
+    handler would report these deaths as failed workers, so it is reset first.
     """
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            child.kill()
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if children and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
 
 
 atexit.register(_kill_loader_workers_at_exit)
