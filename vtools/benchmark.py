@@ -1,13 +1,20 @@
 """``python -m vtools bench``: throughput of train / validate / inference, vtools against a plain baseline.
 
 For each task it measures, each in a fresh process (so start-up and peak
-memory belong to that measurement alone):
+memory belong to that measurement alone), the loop the scripts run: train.py's
+``train_one_epoch`` with train.py's own loaders and components, validate.py's
+``evaluate``, inference.py's ``predict``, in three modes:
 
-- ``model``: the model alone on synthetic batches already on the device;
+- ``model``: that loop on one synthetic batch already on the device;
 - ``vtools``: end to end on a real image folder through vtools' loaders
   (uint8 batches, device-side normalization, prefetching);
 - ``baseline``: the same work written plainly: a timm model, torchvision's
   ImageFolder and DataLoader, timm's transforms normalizing in the workers.
+
+The ``recipe`` task runs whole trainings (start-up to exit) of train.py and of
+a plain timm-style loop (vtools/plain_loop.py) on the same timm flags, per
+precision, alternating ``--repeats`` times, and reports the median wall time
+and the final top-1 of each.
 
 ``--sources`` runs the ``vtools`` mode on the same images stored as a folder,
 as tar shards (``wds``) and as parquet (``parquet``), converted once for the
@@ -463,6 +470,11 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[2:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    for flag in ("steps", "batch_size", "recipe_epochs", "repeats"):
+        if getattr(args, flag) < 1:
+            from vtools.errors import UsageError
+
+            raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
     if args.one:
         print(json.dumps(measure(*args.one, args)))
         return 0
