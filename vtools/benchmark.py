@@ -133,12 +133,15 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
 
     from vtools import device as dev
     from vtools.amp import resolve_amp
-    from vtools.host import setup_cpu_budget
+    from vtools.host import plan, setup_cpu_budget, usable_cores
 
     if task == "decode":
         return measure_decode(source, args)
     device = dev.resolve_device(args.device, args.device_modules)
-    budget = setup_cpu_budget(device, args.workers)
+    if mode == "baseline":  # the same worker count, none of vtools' thread or allocator settings
+        budget = plan(device.type, len(usable_cores()), args.workers)
+    else:
+        budget = setup_cpu_budget(device, args.workers)
     amp = resolve_amp(device, args.amp, args.amp_dtype)
     model = timm.create_model(args.model, num_classes=10).to(device)
     if args.channels_last:

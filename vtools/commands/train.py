@@ -23,8 +23,9 @@ from vtools import data as vdata
 from vtools import device as dev
 from vtools import recipe
 from vtools.checkpoint import BEST, LAST, CheckpointManager, load_training_state
-from vtools.cli import (WORKERS_HELP, OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args, add_model_args,
-                        add_preprocess_args, check_positive, check_values, preprocess_overrides, setup_runtime)
+from vtools.cli import (WORKERS_HELP, OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args,
+                        add_model_args, add_preprocess_args, check_positive, check_values, preprocess_overrides,
+                        setup_runtime)
 from vtools.config import dump_config, parse_with_config
 from vtools.curves import ScalarLog, plot_runs
 from vtools.distributed import DistInfo, ShardSampler, barrier, init_distributed, shutdown
