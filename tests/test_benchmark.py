@@ -90,6 +90,7 @@ class Counting:
             yield batch
 
 
+@pytest.mark.cpu_only(reason="the counts are refused before any device is resolved")
 @pytest.mark.parametrize("flag", ["--repeats", "--recipe-epochs", "--steps"])
 def test_non_positive_counts_are_one_line_errors(flag: str) -> None:
     from tests.conftest import assert_usage_error
