@@ -13,12 +13,12 @@ import timm
 import torch
 from timm.optim import create_optimizer_v2
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_script
 from vtools import data as vdata
 from vtools.checkpoint import BEST, LAST, CheckpointManager
 from vtools.commands.train import build_parser
 from vtools.device import fused_optimizer
-from vtools.recipe import build_optimizer
+from vtools.recipe import build_optimizer, load_optimizer_state
 from vtools.sampling import EpochSampler, SeededSamples
 
 
@@ -126,3 +126,45 @@ def test_train_transform_is_timms(jitter: float) -> None:
             torch.manual_seed(seed)
             outputs.append(transform(image))
         assert torch.equal(outputs[0], outputs[1]), seed
+
+
+def test_a_checkpoint_resumes_on_a_device_without_fused_steps(device: torch.device) -> None:
+    """A checkpoint from cpu (fused steps) loaded into this device's optimizer keeps this run's
+    implementation flags, so the step runs where fused kernels do not exist (the emulated npu)."""
+    args = build_parser().parse_args(["--opt", "sgd"])
+    torch.manual_seed(0)
+    saved_on_cpu = build_optimizer(torch.nn.Linear(4, 3), args, lr=0.1)
+    assert saved_on_cpu.param_groups[0]["fused"]
+    model = torch.nn.Linear(4, 3).to(device)
+    optimizer = build_optimizer(model, args, lr=0.1)
+    flags = [group.get("fused") for group in optimizer.param_groups]
+    load_optimizer_state(optimizer, saved_on_cpu.state_dict())
+    assert [group.get("fused") for group in optimizer.param_groups] == flags
+    model(torch.ones(2, 4, device=device)).sum().backward()
+    optimizer.step()
+
+
+@pytest.mark.cpu_only(reason="process exit is host-side: no tensor is involved")
+def test_a_finished_run_skips_teardown_but_keeps_exit_guarantees(tmp_path: Path) -> None:
+    """run_cli ends the process without the interpreter's teardown, yet exit handlers run, non-daemon
+    threads finish, output is flushed, and loader workers still alive are stopped without torch
+    reporting them as failed workers."""
+    script = f"""
+import atexit, threading, time
+import torch
+from vtools.errors import run_cli
+atexit.register(lambda: print("exit handler ran"))
+def late_write():
+    time.sleep(0.3)
+    open({str(tmp_path / "late.txt")!r}, "w").write("done")
+threading.Thread(target=late_write).start()
+live = iter(torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=1))
+next(live)
+print("results", end="")
+run_cli(lambda argv: 0)
+"""
+    proc = run_script(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("results") and "exit handler ran" in proc.stdout
+    assert (tmp_path / "late.txt").read_text() == "done"
+    assert proc.stderr == "", proc.stderr

@@ -144,7 +144,8 @@ def host_copy(value: Any) -> Any:
         if hasattr(value, "_metadata"):  # a module state_dict's version record: loading reads it
             copied._metadata = value._metadata
         return copied
-    if isinstance(value, (list, tuple)):
-        items = [host_copy(item) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, list):
+        return [host_copy(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(host_copy(item) for item in value)
     return value

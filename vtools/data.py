@@ -64,7 +64,6 @@ class BadSample:
     replaced: bool = False
 
 
-
 def open_image(source: str | os.PathLike | bytes, mode: str, name: str | None = None) -> Image.Image | BadSample:
     """Decode an image (a file, or the bytes of one read from a shard or a table) fully, so truncation
     is caught here, or describe why not. A decompression bomb (more pixels than PIL's limit) is a bad

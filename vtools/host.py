@@ -30,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -127,8 +127,7 @@ def setup_cpu_budget(device: torch.device, workers: int | None = None, threads: 
     budget = plan(device.type, share, workers, threads)
     _set_threads(budget.threads, budget.interop_threads)
     affinity = f"{affinity_env}={os.environ[affinity_env]} binds the backend's threads" if backend_binds else ""
-    return CpuBudget(**{**budget.__dict__, "bound": bound, "affinity": affinity,
-                        "kept_freed_memory": keep_freed_host_memory()})
+    return replace(budget, bound=bound, affinity=affinity, kept_freed_memory=keep_freed_host_memory())
 
 
 def _set_threads(threads: int, interop_threads: int) -> None:
