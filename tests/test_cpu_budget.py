@@ -46,6 +46,7 @@ def test_default_split_follows_the_device(device: torch.device, cores: int, monk
     assert (budget.workers, budget.threads) == expected_split(device.type, cores)
     assert budget.interop_threads == 1
     assert budget.pin_thread == (not kind_of(device.type).computes_on_host)
+    assert budget.decode_during_validation == (not kind_of(device.type).computes_on_host)
 
 
 def test_budget_is_applied_and_reaches_the_loaders(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:

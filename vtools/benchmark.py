@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -366,24 +367,31 @@ def recipe_flags(args: argparse.Namespace, precision: str) -> list[str]:
 
 def measure_recipe(args: argparse.Namespace, precision: str, folder: Path) -> list[dict[str, Any]]:
     """Wall time (start-up included, from launch to exit) and final top-1 of train.py and of the plain
-    loop on the same command line, alternating ``--repeats`` times; each row holds the median."""
+    loop on the same command line, alternating ``--repeats`` times; each row holds the median.
+
+    Each run's folder is read and deleted before the next run starts, so every run writes its
+    checkpoints into the same state of the disk cache instead of after the gigabytes of earlier runs.
+    """
     flags = recipe_flags(args, precision)
     commands = {
-        "vtools": lambda i: [sys.executable, "-m", "vtools", "train", args.data, *flags, "--output", str(folder),
-                             "--experiment", f"vtools-{i}"],
-        "baseline": lambda i: [sys.executable, "-m", "vtools.plain_loop", "--data-dir", args.data, *flags,
-                               "--output", str(folder / f"baseline-{i}")],
+        "vtools": [sys.executable, "-m", "vtools", "train", args.data, *flags, "--output", str(folder),
+                   "--experiment", "vtools"],
+        "baseline": [sys.executable, "-m", "vtools.plain_loop", "--data-dir", args.data, *flags,
+                     "--output", str(folder / "baseline")],
     }
     walls: dict[str, list[float]] = {"vtools": [], "baseline": []}
+    top1: dict[str, float] = {}
     for repeat in range(args.repeats):
         for mode, command in commands.items():
             start = time.perf_counter()
-            proc = subprocess.run(command(repeat), capture_output=True, text=True)
+            proc = subprocess.run(command, capture_output=True, text=True)
             walls[mode].append(time.perf_counter() - start)
             if proc.returncode != 0:
                 from vtools.errors import UsageError
 
                 raise UsageError(f"benchmark recipe/{mode} failed: {proc.stderr.strip().splitlines()[-1]}")
+            top1[mode] = _final_top1(folder / mode, mode)
+            shutil.rmtree(folder / mode)
             print(f"recipe    {mode:8s} {precision:9s} run {repeat + 1}: {walls[mode][-1]:6.1f} s", file=sys.stderr,
                   flush=True)
     images = _train_images(args.data) * args.recipe_epochs
@@ -394,7 +402,7 @@ def measure_recipe(args: argparse.Namespace, precision: str, folder: Path) -> li
                      "amp_dtype": precision, "channels_last": args.channels_last,
                      "batch_size": 128, "epochs": args.recipe_epochs, "wall_s": round(wall, 2),
                      "walls_s": " ".join(f"{t:.1f}" for t in times), "img_per_sec": round(images / wall, 2),
-                     "top1": _final_top1(folder, mode, args.repeats - 1)})
+                     "top1": top1[mode]})
     return rows
 
 
@@ -404,12 +412,12 @@ def _train_images(data: str) -> int:
     return len(find_images(str(resolve_split_dir(data, "train"))))
 
 
-def _final_top1(folder: Path, mode: str, repeat: int) -> float:
+def _final_top1(run: Path, mode: str) -> float:
     """The last epoch's top-1 of a run: train.py's summary.csv, the plain loop's summary.json."""
     if mode == "vtools":
-        with open(folder / f"vtools-{repeat}" / "summary.csv", encoding="utf-8") as handle:
+        with open(run / "summary.csv", encoding="utf-8") as handle:
             return round(float(list(csv.DictReader(handle))[-1]["eval_top1"]), 2)
-    rows = json.loads((folder / f"baseline-{repeat}" / "summary.json").read_text(encoding="utf-8"))
+    rows = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     return round(rows[-1]["top1"], 2)
 
 

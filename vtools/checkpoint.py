@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from vtools.errors import UsageError
-from vtools.files import atomic_copy, atomic_write
+from vtools.files import atomic_copy, atomic_link, atomic_write
 from vtools.models import unpickling_message
 
 LAST = "last.pth.tar"
@@ -69,8 +69,13 @@ class CheckpointManager:
 
     An epoch's checkpoint is written in a background thread from a host copy of
     the state, so the next epoch trains while it goes to disk (and is fsynced);
-    numbered and best are copies of that file (never hard links: a damaged
-    ``last`` must leave them intact for ``--resume auto`` to fall back on).
+    the numbered one is a copy of that file, never a hard link: ``last`` is
+    replaced every epoch and is the file people copy things onto, and a damaged
+    ``last`` must leave the numbered ones intact for ``--resume auto`` to fall
+    back on. Best is a second name of the epoch's numbered file, as timm's
+    CheckpointSaver links it: vtools never writes either again, so sharing their
+    data saves a write per improvement; a file copied onto one of them in place
+    changes both.
     :meth:`wait` blocks until the last one is whole and raises its failure; the
     next save, an interrupted save and the end of a run call it.
     """
@@ -114,10 +119,13 @@ class CheckpointManager:
     def _write_in_background(self, state: dict[str, Any], epoch: int, validated: bool, improved: bool) -> None:
         try:
             last = atomic_write(self.folder / LAST, lambda stream: torch.save(state, stream))
-            if self.keep > 0 and validated:  # copies of the file, not a second serialization
-                atomic_copy(last, self.folder / f"checkpoint-{epoch}.pth.tar")
+            numbered = None
+            if self.keep > 0 and validated:  # a copy of the file, not a second serialization
+                numbered = atomic_copy(last, self.folder / f"checkpoint-{epoch}.pth.tar")
                 self._prune()
-            if improved:
+            if improved and numbered is not None:  # the epoch's numbered file under a second name
+                atomic_link(numbered, self.folder / BEST)
+            elif improved:
                 atomic_copy(last, self.folder / BEST)
         except BaseException as err:  # handed to the main thread by wait()
             self._failure = err

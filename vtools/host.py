@@ -13,6 +13,12 @@ torchrun put on this host) and from the device's row in the device table:
 - on an accelerator the host only feeds it: workers get all cores but one
   (at most 8), the main process keeps the rest for collation and launches.
 
+The same reasoning places the next epoch's first batches: an accelerator
+validates while the host's workers decode them; where validation itself runs
+on the host's cores, decoding then would slow it down about as much as it
+saves (measured on cpu: validation of 300 images 0.28 s against 0.13 s), so
+the workers start once validation is over, during the checkpoint snapshot.
+
 ``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side.
 ``--bind-cores`` pins each torchrun rank (and the loader workers it forks) to
 its own slice of the cores; where the backend binds its own threads from an
@@ -52,6 +58,7 @@ class CpuBudget:
     threads: int  # intra-op threads of the main process
     interop_threads: int
     pin_thread: bool  # the loader's pinned-memory thread (accelerators)
+    decode_during_validation: bool = True  # the next epoch is decoded while the device validates
     bound: tuple[int, ...] | None = None  # cores this rank was bound to (--bind-cores)
     affinity: str = ""  # who binds threads to cores, when not vtools
     kept_freed_memory: bool = False
@@ -105,7 +112,8 @@ def plan(device_type: str, cores: int, workers: int | None = None, threads: int 
         env = os.environ.get("OMP_NUM_THREADS", "")
         threads = int(env) if env.isdigit() and int(env) > 0 else (cores if on_host else cores - workers)
     return CpuBudget(cores=cores, workers=workers, threads=max(1, threads), interop_threads=1,
-                     pin_thread=not on_host and kind_of(device_type).pinned_host_memory and workers > 0)
+                     pin_thread=not on_host and kind_of(device_type).pinned_host_memory and workers > 0,
+                     decode_during_validation=not on_host)
 
 
 def setup_cpu_budget(device: torch.device, workers: int | None = None, threads: int | None = None,

@@ -45,11 +45,12 @@ class Source:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def images(self, transform: Callable, mode: str) -> Dataset:
-        """Decoded, transformed ``(image, label, index)`` items."""
+    def images(self, transform: Callable, mode: str, keep_bytes: int = 0) -> Dataset:
+        """Decoded, transformed ``(image, label, index)`` items; with ``keep_bytes``, decoded images
+        are kept for later epochs when they fit (a torchvision set holds its images in memory already)."""
         if isinstance(self.samples, Dataset):
             return vdata.TorchvisionImages(self.samples, transform, mode)
-        return vdata.DecodedImages(self.samples, transform, mode)
+        return vdata.DecodedImages(self.samples, transform, mode, keep_bytes)
 
 
 def _folders(request: SourceRequest, name: str) -> Source:

@@ -233,7 +233,8 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
     data_config = vdata.data_config_for(model, preprocess_overrides(args))
     mode = vdata.image_mode(data_config)
-    train_set = SeededSamples(train_source.images(recipe.build_train_transform(args, data_config), mode),
+    keep = vdata.KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
+    train_set = SeededSamples(train_source.images(recipe.build_train_transform(args, data_config), mode, keep),
                               args.seed, replace_bad=args.on_bad_image == "skip")
     val_set = val_source.images(vdata.eval_transform(data_config), mode)
     channels_last = use_channels_last(args.channels_last, model, device)
@@ -250,7 +251,8 @@ def build_loaders(args: argparse.Namespace, model: torch.nn.Module, train_source
     val_loader = vdata.eval_device_loader(
         val_set, args.validation_batch_size or args.batch_size, device, workers, data_config, channels_last,
         vdata.bad_image_handler(args.on_bad_image, []),
-        sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True)
+        sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size), persistent=True,
+        keep_bytes=vdata.KEEP_VALIDATION_BYTES)
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
 
 
@@ -350,9 +352,9 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
                 show_progress=dist_info.is_main,
                 start_step=first_step, carried=position.carried if resuming else (0.0, 0), on_log=scalars.step)
             metrics = None
-            if epoch + 1 < num_epochs and not result.interrupted:  # the next epoch's first batches are
-                loaders.sampler.set_epoch(epoch + 1)  # decoded during validation and the checkpoint
-                loaders.train.start()
+            continues = epoch + 1 < num_epochs and not result.interrupted
+            if continues and runtime.budget.decode_during_validation:
+                start_epoch(loaders, epoch + 1)  # its first batches are decoded while the device validates
             if validates and not result.interrupted:
                 metrics = evaluate(eval_model(parts, dist_info), loaders.val, device, amp,
                                    desc=f"validate {epoch}", show_progress=dist_info.is_main,
@@ -367,6 +369,8 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
                         f"{result.completed_steps} to {path}; continue with --resume {path}")
                 barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
                 return exit_code(stop.signal_name)
+            if continues and not loaders.train.started:
+                start_epoch(loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
             lr_used = recipe.mean_lr(parts.optimizer)  # before the step: the rate this epoch trained with
             metric = getattr(metrics, args.eval_metric) if metrics is not None else None
             if parts.scheduler is not None:
@@ -385,13 +389,20 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
                 say(f"{stop.signal_name}: stopping after epoch {epoch}, saved in {out_dir / LAST}; continue "
                     "with --resume auto")
                 return exit_code(stop.signal_name)
-    manager.wait()  # the last checkpoint is whole (or its failure raised) before best is read
+    curves = draw_curves(out_dir) if dist_info.is_main else ""  # from summary.csv, while the last
+    manager.wait()  # checkpoint is written; it is whole (or its failure raised) before best is read
     if dist_info.is_main:
         exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
         say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; "
             f"model folder: {exported}")
-        say(draw_curves(out_dir))
+        say(curves)
     return 0
+
+
+def start_epoch(loaders: Loaders, epoch: int) -> None:
+    """Have the workers start decoding ``epoch``'s batches now, ahead of its first step."""
+    loaders.sampler.set_epoch(epoch)
+    loaders.train.start()
 
 
 def draw_curves(out_dir: Path) -> str:
