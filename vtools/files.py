@@ -80,8 +80,8 @@ def atomic_link(source: Path, target: Path) -> Path:
 
 def copy_contents(source: IO[bytes], target: IO[bytes]) -> None:
     """Copy one open file into another inside the kernel where it can (``copy_file_range``: no trip
-    through Python buffers, which for a 90 MB checkpoint on the CI machine cost 0.2 s of CPU against
-    0.03 s, and a reflink on filesystems that share extents), else through a buffer."""
+    through Python buffers: copying a 90 MB file into a new one on the CI machine, 0.03 s of CPU
+    against 0.2 s measured alone; a reflink on filesystems that share extents), else through a buffer."""
     target.flush()
     size = os.fstat(source.fileno()).st_size
     copied = 0
