@@ -108,6 +108,17 @@ def test_a_validation_pass_stopped_early_or_too_large_keeps_nothing() -> None:
     assert too_large.loader.kept is None
 
 
+@pytest.mark.cpu_only(reason="where kept batches live is host memory bookkeeping")
+def test_kept_batches_from_workers_are_copied_out_of_shared_memory() -> None:
+    """A worker's batch lives in shared memory; the kept one is the main process's own copy, so a long
+    run does not hold a shared segment open per batch."""
+    loader = _val_loader(torch.device("cpu"), keep_bytes=64 << 20, workers=1)
+    yielded = [batch.images for batch in loader.loader]
+    assert [kept.images.data_ptr() for kept in loader.loader.kept] != [y.data_ptr() for y in yielded]
+    assert all(not kept.images.is_shared() for kept in loader.loader.kept)
+    assert all(torch.equal(kept.images, y) for kept, y in zip(loader.loader.kept, yielded))
+
+
 def test_the_first_batch_needs_one_decoded_batch_without_streams(device: torch.device) -> None:
     """Without a side stream there is nothing to overlap, so a batch is handed out as soon as it is
     prepared; with one, the next batch is prepared while the current one is used."""
@@ -186,6 +197,23 @@ def test_best_is_a_second_name_of_the_numbered_checkpoint(tmp_path: Path) -> Non
     unnumbered.save({"epoch": 0}, 0, 1.0)
     unnumbered.wait()
     assert not os.path.samefile(tmp_path / "no-history" / BEST, tmp_path / "no-history" / LAST)
+
+
+@pytest.mark.cpu_only(reason="file layout on disk is host-side")
+def test_best_is_a_copy_where_the_filesystem_has_no_hard_links(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from vtools.checkpoint import BEST, CheckpointManager
+
+    def no_links(*args: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    manager = CheckpointManager(tmp_path, keep=2)
+    manager.save({"epoch": 0, "weights": torch.ones(3)}, 0, 1.0)
+    manager.wait()
+    assert (tmp_path / BEST).read_bytes() == (tmp_path / "checkpoint-0.pth.tar").read_bytes()
+    assert not os.path.samefile(tmp_path / BEST, tmp_path / "checkpoint-0.pth.tar")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def _big_file(tmp_path: Path) -> Path:
