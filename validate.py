@@ -5,9 +5,7 @@ A thin entry point: the code is vtools/commands/validate.py (also `vtools valida
 vtools is installed). `python validate.py --help` lists the options.
 """
 
-import vtools  # noqa: F401  (guards `import torch` against broken device backends)
-from vtools.commands.validate import build_parser, main  # noqa: F401  (build_parser: for tests and tools)
-from vtools.errors import run_cli
+from vtools.cli.runner import run_command
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_command("validate")

@@ -62,19 +62,21 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(params=DEVICE_TYPES)
 def device(request: pytest.FixtureRequest) -> torch.device:
     """A resolved device of each type the suite covers."""
-    from vtools.device import resolve_device
+    from vtools.runtime.device import resolve_device
 
     if request.param == "npu":
         load_emulated_npu()
     return resolve_device(request.param)
 
 
-def run_script(args: list[str], env: dict[str, str] | None = None, timeout: float = 600,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_script(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python <args>`` from the repository root and capture its output."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, *args], cwd=cwd or REPO, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -116,8 +118,9 @@ def write_image_set(root: Path, classes: list[str], per_class: int = 4, seed: in
     return root
 
 
-def write_model_folder(folder: Path, num_classes: int, label_names: list[str] | None = None,
-                       model_name: str = "test_resnet", seed: int = 0) -> Path:
+def write_model_folder(
+    folder: Path, num_classes: int, label_names: list[str] | None = None, model_name: str = "test_resnet", seed: int = 0
+) -> Path:
     """A random-init timm model saved as a model folder (config.json + model.safetensors)."""
     import timm
     from timm.models import save_for_hf
@@ -176,9 +179,27 @@ def fashion4(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def train_args(data: Path, out: Path, name: str | None, *extra: str) -> list[str]:
     """The quick-start config on ``data`` with a tiny model; ``name`` None leaves the folder to train.py."""
     experiment = ["--experiment", name] if name is not None else ["--experiment", ""]
-    return ["train.py", "-c", "configs/fashion_mnist_cpu.yaml", "--data-dir", str(data), "--model", "test_resnet",
-            "--epochs", "3", "--batch-size", "32", "--lr", "0.005", "--workers", "1", "--output", str(out),
-            *experiment, *extra]
+    return [
+        "train.py",
+        "-c",
+        "configs/fashion_mnist_cpu.yaml",
+        "--data-dir",
+        str(data),
+        "--model",
+        "test_resnet",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "32",
+        "--lr",
+        "0.005",
+        "--workers",
+        "1",
+        "--output",
+        str(out),
+        *experiment,
+        *extra,
+    ]
 
 
 def summary(run: Path) -> list[dict[str, str]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import REPO, device_flags, run_script, assert_usage_error
-from vtools.amp import resolve_amp
+from tests.conftest import REPO, assert_usage_error, device_flags, run_script
 from vtools.errors import UsageError
+from vtools.runtime.amp import resolve_amp
 
 
 def test_amp_off_is_full_precision(device: torch.device) -> None:
@@ -47,7 +47,7 @@ BF16_PROBE = """
 import sys
 import tests.emulated_npu
 import torch
-from vtools.amp import resolve_amp
+from vtools.runtime.amp import resolve_amp
 from vtools.errors import UsageError
 device = torch.device("npu", 0)
 policy = resolve_amp(device, amp=True)
@@ -71,7 +71,8 @@ def test_npu_without_bf16_chooses_fp16_and_scaler() -> None:
 
 @pytest.mark.npu_only(reason="an Ascend 910A without bf16 is an npu situation")
 def test_cli_explicit_bf16_on_bf16less_npu_is_one_line() -> None:
-    proc = run_script(["train.py", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"],
-                      env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    proc = run_script(
+        ["train.py", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"], env={"VTOOLS_EMU_NPU_NO_BF16": "1"}
+    )
     assert_usage_error(proc, "does not support bfloat16")
     assert REPO.joinpath("train.py").exists()

@@ -21,10 +21,14 @@ import pytest
 
 from tests.conftest import REPO, SYNSETS, autoload_env, write_image_set, write_model_folder
 
-VALIDATE_LINE = ("python validate.py ../ImageNet-1000/val/ --device npu --model ./model_ckpts/tiny_vit_21m_512 "
-                 "--batch-size 64 --pretrained")
-INFERENCE_LINE = ("python inference.py ./data/ --device npu --batch-size 64 --model ./model_ckpts/tiny_vit_21m_512 "
-                  "--label-type detail --topk 5")
+VALIDATE_LINE = (
+    "python validate.py ../ImageNet-1000/val/ --device npu --model ./model_ckpts/tiny_vit_21m_512 "
+    "--batch-size 64 --pretrained"
+)
+INFERENCE_LINE = (
+    "python inference.py ./data/ --device npu --batch-size 64 --model ./model_ckpts/tiny_vit_21m_512 "
+    "--label-type detail --topk 5"
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +51,9 @@ def run_line(line: str, cwd: Path) -> subprocess.CompletedProcess:
     argv = shlex.split(line)
     assert argv[0] == "python"
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, *argv[1:]], cwd=cwd, env={**env, **autoload_env()},
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=cwd, env={**env, **autoload_env()}, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

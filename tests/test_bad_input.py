@@ -23,20 +23,24 @@ DATA = REPO / "data" / "fashion-mnist-mini"
 NEEDS_DOWNLOAD = ["--model", "resnet18.a1_in1k", "--pretrained"]
 
 
-@pytest.mark.parametrize("flags, fragment", [
-    (["--img-size", "0"], "--img-size must be a positive integer"),
-    (["--input-size", "3", "0", "0"], "--input-size needs three positive numbers"),
-    (["--workers", "-1"], "--workers must be 0"),
-    (["--in-chans", "0"], "--in-chans must be a positive integer"),
-    (["--mean", "0.5", "0.5"], "--mean needs one value per input channel"),
-    (["--std", "0", "0", "0"], "--std must not be 0"),
-    (["--batch-size", "nan"], "invalid int value"),
-    (["--batchsize", "8"], "did you mean --batch-size?"),
-])
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--img-size", "0"], "--img-size must be a positive integer"),
+        (["--input-size", "3", "0", "0"], "--input-size needs three positive numbers"),
+        (["--workers", "-1"], "--workers must be 0"),
+        (["--in-chans", "0"], "--in-chans must be a positive integer"),
+        (["--mean", "0.5", "0.5"], "--mean needs one value per input channel"),
+        (["--std", "0", "0", "0"], "--std must not be 0"),
+        (["--batch-size", "nan"], "invalid int value"),
+        (["--batchsize", "8"], "did you mean --batch-size?"),
+    ],
+)
 @pytest.mark.parametrize("script", ["validate.py", "inference.py"])
 def test_unusable_flag_values(script: str, flags: list[str], fragment: str) -> None:
-    assert_usage_error(run_script([script, str(DATA / "val"), *NEEDS_DOWNLOAD, *flags], env={"HF_HUB_OFFLINE": "1"}),
-                       fragment)
+    assert_usage_error(
+        run_script([script, str(DATA / "val"), *NEEDS_DOWNLOAD, *flags], env={"HF_HUB_OFFLINE": "1"}), fragment
+    )
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "no images"])
@@ -52,24 +56,32 @@ def test_data_is_checked_before_any_model_download(make: str, tmp_path: Path) ->
     assert "pretrained weights" not in line
 
 
-@pytest.mark.parametrize("flags, fragment", [
-    (["--lr", "nan"], "--lr must be a finite number"),
-    (["--epochz", "3"], "did you mean --epochs?"),
-    (["--val-interval", "0"], "--val-interval must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--lr", "nan"], "--lr must be a finite number"),
+        (["--epochz", "3"], "did you mean --epochs?"),
+        (["--val-interval", "0"], "--val-interval must be a positive integer"),
+    ],
+)
 def test_unusable_training_flags(flags: list[str], fragment: str, tmp_path: Path) -> None:
-    proc = run_script(["train.py", "--data-dir", str(DATA), *NEEDS_DOWNLOAD, "--output", str(tmp_path), *flags],
-                      env={"HF_HUB_OFFLINE": "1"})
+    proc = run_script(
+        ["train.py", "--data-dir", str(DATA), *NEEDS_DOWNLOAD, "--output", str(tmp_path), *flags],
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     assert_usage_error(proc, fragment)
     assert not any(tmp_path.iterdir())  # nothing half-made
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("batch-size: null\n", "key 'batch-size' expects an integer, got null"),
-    ("epochs: null\n", "key 'epochs' expects an integer, got null"),
-    ("model: null\n", "key 'model' expects a value, got null"),
-    ("lr: 0.1\nlr: 0.2\n", "key 'lr' is given twice (line 3)"),  # line 1 is data-dir
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("batch-size: null\n", "key 'batch-size' expects an integer, got null"),
+        ("epochs: null\n", "key 'epochs' expects an integer, got null"),
+        ("model: null\n", "key 'model' expects a value, got null"),
+        ("lr: 0.1\nlr: 0.2\n", "key 'lr' is given twice (line 3)"),  # line 1 is data-dir
+    ],
+)
 def test_unusable_yaml(text: str, fragment: str, tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
     config.write_text(f"data-dir: {DATA}\n{text}")
@@ -85,8 +97,8 @@ def test_yaml_that_is_not_utf8_or_is_a_folder(tmp_path: Path) -> None:
 
 def test_numbers_people_write_in_yaml_are_numbers(tmp_path: Path) -> None:
     """YAML 1.1 reads 1e-3 as a string; a float option takes it as the number it is."""
-    from vtools.config import parse_with_config
-    import train
+    from vtools.cli.config import parse_with_config
+    from vtools.commands import train
 
     config = tmp_path / "run.yaml"
     config.write_text("lr: 1e-3\nwarmup-lr: 5E-6\n")
@@ -97,11 +109,36 @@ def test_numbers_people_write_in_yaml_are_numbers(tmp_path: Path) -> None:
 def test_empty_checkpoints(tmp_path: Path) -> None:
     empty = tmp_path / "empty.pth"
     empty.write_bytes(b"")
-    proc = run_script(["validate.py", str(DATA / "val"), "--model", "test_resnet", "--num-classes", "10",
-                       "--checkpoint", str(empty), "--device", "cpu"])
+    proc = run_script(
+        [
+            "validate.py",
+            str(DATA / "val"),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "10",
+            "--checkpoint",
+            str(empty),
+            "--device",
+            "cpu",
+        ]
+    )
     assert_usage_error(proc, "is empty (0 bytes)")
-    proc = run_script(["train.py", "--data-dir", str(DATA), "--model", "test_resnet", "--initial-checkpoint",
-                       str(empty), "--device", "cpu", "--output", str(tmp_path / "out")])
+    proc = run_script(
+        [
+            "train.py",
+            "--data-dir",
+            str(DATA),
+            "--model",
+            "test_resnet",
+            "--initial-checkpoint",
+            str(empty),
+            "--device",
+            "cpu",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     assert_usage_error(proc, "is empty (0 bytes)")
 
 
@@ -122,13 +159,27 @@ def test_checkpoint_written_by_timms_checkpoint_saver_validates(tmp_path: Path) 
     model = timm.create_model("test_resnet", num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     args = argparse.Namespace(model="test_resnet", lr=0.1, seed=42)
-    saver = CheckpointSaver(model, optimizer, args=args, checkpoint_dir=str(tmp_path), recovery_dir=str(tmp_path),
-                            max_history=1)
+    saver = CheckpointSaver(
+        model, optimizer, args=args, checkpoint_dir=str(tmp_path), recovery_dir=str(tmp_path), max_history=1
+    )
     saver.save_checkpoint(epoch=0, metric=np.float64(12.5))
     checkpoint = next(tmp_path.glob("checkpoint-0.pth.tar"))
-    proc = run_script(["validate.py", str(DATA / "val"), "--model", "test_resnet", "--num-classes", "10",
-                       "--checkpoint", str(checkpoint), "--device", "cpu", "--results-file",
-                       str(tmp_path / "r.csv")])
+    proc = run_script(
+        [
+            "validate.py",
+            str(DATA / "val"),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "10",
+            "--checkpoint",
+            str(checkpoint),
+            "--device",
+            "cpu",
+            "--results-file",
+            str(tmp_path / "r.csv"),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     assert "on 300 images" in proc.stdout
 
@@ -139,7 +190,7 @@ def test_checkpoint_written_by_timms_checkpoint_saver_validates(tmp_path: Path) 
 def test_16_bit_images_are_scaled_and_float_images_refused(tmp_path: Path) -> None:
     from PIL import Image
 
-    from vtools.data import BadSample, open_image
+    from vtools.data.decode import BadSample, open_image
 
     sixteen = tmp_path / "deep.png"
     Image.fromarray(np.array([[0, 32896, 65535]], dtype=np.uint16)).save(sixteen)
@@ -160,14 +211,15 @@ def test_decompression_bomb_is_a_bad_image_not_a_crash(tmp_path: Path) -> None:
     model = write_model_folder(tmp_path / "model", 1, ["bag"])
     proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu"])
     assert_usage_error(proc, "bomb.png", "DecompressionBomb")
-    proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu",
-                       "--on-bad-image", "skip"])
+    proc = run_script(
+        ["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu", "--on-bad-image", "skip"]
+    )
     assert proc.returncode == 0, proc.stderr
     assert "on 1 images" in proc.stdout
 
 
 def test_macos_resource_forks_are_not_images(tmp_path: Path) -> None:
-    from vtools.data import find_images
+    from vtools.data.readers.folder import find_images
 
     (tmp_path / "photo.png").write_bytes((next((DATA / "val" / "bag").glob("*.png"))).read_bytes())
     (tmp_path / "._photo.png").write_bytes(b"\x00\x05\x16\x07 resource fork")
@@ -179,8 +231,9 @@ def test_a_validation_with_every_image_skipped_is_an_error(tmp_path: Path) -> No
     folder.mkdir(parents=True)
     (folder / "broken.png").write_bytes(b"not a png")
     model = write_model_folder(tmp_path / "model", 1, ["bag"])
-    proc = run_script(["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu",
-                       "--on-bad-image", "skip"])
+    proc = run_script(
+        ["validate.py", str(tmp_path / "val"), "--model", str(model), "--device", "cpu", "--on-bad-image", "skip"]
+    )
     lines = proc.stderr.strip().splitlines()  # the skip warning, then the error
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert lines[0].startswith("warning: skipped unreadable image") and len(lines) == 2
@@ -190,11 +243,25 @@ def test_a_validation_with_every_image_skipped_is_an_error(tmp_path: Path) -> No
 def test_integer_weights_do_not_load_into_a_float_model(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    state = {k: v.to(torch.int64) if v.is_floating_point() else v
-             for k, v in timm.create_model("test_resnet", num_classes=10).state_dict().items()}
+    state = {
+        k: v.to(torch.int64) if v.is_floating_point() else v
+        for k, v in timm.create_model("test_resnet", num_classes=10).state_dict().items()
+    }
     save_file(state, str(tmp_path / "ints.safetensors"))
-    proc = run_script(["validate.py", str(DATA / "val"), "--model", "test_resnet", "--num-classes", "10",
-                       "--checkpoint", str(tmp_path / "ints.safetensors"), "--device", "cpu"])
+    proc = run_script(
+        [
+            "validate.py",
+            str(DATA / "val"),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "10",
+            "--checkpoint",
+            str(tmp_path / "ints.safetensors"),
+            "--device",
+            "cpu",
+        ]
+    )
     assert_usage_error(proc, "integer vs floating-point", "torch.int64 vs torch.float32")
 
 
@@ -209,8 +276,20 @@ def test_results_files_follow_the_umask_and_odd_file_names(tmp_path: Path) -> No
     with open(odd, "wb") as handle:
         handle.write(next((DATA / "val" / "bag").glob("*.png")).read_bytes())
     model = write_model_folder(tmp_path / "model", 2, ["bag", "coat"])
-    proc = run_script(["inference.py", str(images), "--model", str(model), "--device", "cpu", "--results-dir",
-                       str(tmp_path / "out"), "--topk", "1"])
+    proc = run_script(
+        [
+            "inference.py",
+            str(images),
+            "--model",
+            str(model),
+            "--device",
+            "cpu",
+            "--results-dir",
+            str(tmp_path / "out"),
+            "--topk",
+            "1",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     written = tmp_path / "out" / "model-topk1.csv"
     assert pd.read_csv(written)["filename"].tolist() == ["caf\\udce9.png"]
@@ -238,17 +317,48 @@ def test_resume_with_a_pickle_that_runs_code_says_so(tmp_path: Path) -> None:
 
     evil = tmp_path / "evil.pth.tar"
     evil.write_bytes(pickle.dumps({"state_dict": Payload()}, protocol=2))
-    proc = run_script(["train.py", "--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu",
-                       "--resume", str(evil), "--output", str(tmp_path / "out")])
+    proc = run_script(
+        [
+            "train.py",
+            "--data-dir",
+            str(DATA),
+            "--model",
+            "test_resnet",
+            "--device",
+            "cpu",
+            "--resume",
+            str(evil),
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     assert_usage_error(proc, "--resume", "refused: loading it would run code")
     assert not (tmp_path / "pwned").exists()
 
 
 def test_resume_with_a_damaged_summary_is_one_line(tmp_path: Path) -> None:
-    import train
+    from vtools.commands import train
 
-    args = ["--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu", "--workers", "0", "--img-size",
-            "28", "--output", str(tmp_path), "--experiment", "run", "--epochs", "1", "--batch-size", "200"]
+    args = [
+        "--data-dir",
+        str(DATA),
+        "--model",
+        "test_resnet",
+        "--device",
+        "cpu",
+        "--workers",
+        "0",
+        "--img-size",
+        "28",
+        "--output",
+        str(tmp_path),
+        "--experiment",
+        "run",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "200",
+    ]
     assert train.main(args) == 0
     (tmp_path / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
     proc = run_script(["train.py", *args, "--epochs", "2", "--resume", "auto"])
@@ -261,12 +371,14 @@ def test_resume_with_a_damaged_summary_is_one_line(tmp_path: Path) -> None:
 def _file_size_limit(limit: int):
     """preexec_fn: files may grow to ``limit`` bytes, and past it a write fails (EFBIG) instead of the
     process being killed — what a full disk or a quota looks like to the program."""
+
     def apply() -> None:
         import resource
         import signal
 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -275,8 +387,15 @@ def _run_limited(args: list[str], limit: int) -> object:
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, *args], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=600, preexec_fn=_file_size_limit(limit))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=_file_size_limit(limit),
+    )
 
 
 def test_full_disk_while_writing_results_keeps_them_on_the_console(tmp_path: Path) -> None:
@@ -285,8 +404,21 @@ def test_full_disk_while_writing_results_keeps_them_on_the_console(tmp_path: Pat
     results = tmp_path / "results.csv"
     results.write_text("an earlier run's results\n")
     model = write_model_folder(tmp_path / "m", 10)
-    proc = _run_limited(["validate.py", str(DATA / "val"), "--model", str(model), "--device", "cpu",
-                         "--workers", "0", "--results-file", str(results)], limit=60)
+    proc = _run_limited(
+        [
+            "validate.py",
+            str(DATA / "val"),
+            "--model",
+            str(model),
+            "--device",
+            "cpu",
+            "--workers",
+            "0",
+            "--results-file",
+            str(results),
+        ],
+        limit=60,
+    )
     assert_one_line_error(proc, 3, f"could not write {results}", "the previous version is intact")
     assert "Acc@1" in proc.stdout and "top1" in proc.stdout  # the numbers were printed before the write
     assert results.read_text() == "an earlier run's results\n"
@@ -296,8 +428,25 @@ def test_full_disk_while_writing_results_keeps_them_on_the_console(tmp_path: Pat
 def test_full_disk_while_saving_a_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
     from tests.conftest import assert_one_line_error
 
-    args = ["train.py", "--data-dir", str(DATA), "--model", "test_resnet", "--device", "cpu", "--workers", "0",
-            "--img-size", "28", "--output", str(tmp_path), "--experiment", "run", "--batch-size", "200"]
+    args = [
+        "train.py",
+        "--data-dir",
+        str(DATA),
+        "--model",
+        "test_resnet",
+        "--device",
+        "cpu",
+        "--workers",
+        "0",
+        "--img-size",
+        "28",
+        "--output",
+        str(tmp_path),
+        "--experiment",
+        "run",
+        "--batch-size",
+        "200",
+    ]
     assert run_script([*args, "--epochs", "1"]).returncode == 0
     last = tmp_path / "run" / "last.pth.tar"
     before = last.read_bytes()
@@ -329,11 +478,15 @@ def test_class_folders_match_model_names_ignoring_case(tmp_path: Path) -> None:
 def test_a_partial_class_match_is_refused_unless_a_class_map_says_how(tmp_path: Path) -> None:
     model = write_model_folder(tmp_path / "model", 3, ["cat", "dog", "fox"])
     data = _class_folders(tmp_path / "val", ["cat", "wolf"])
-    assert_usage_error(run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu"]),
-                       "1 of 2 class folders (wolf) are not among the model's class names", "--class-map")
+    assert_usage_error(
+        run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu"]),
+        "1 of 2 class folders (wolf) are not among the model's class names",
+        "--class-map",
+    )
     class_map = tmp_path / "map.txt"
     class_map.write_text("cat\nwolf\nfox\n")
-    proc = run_script(["validate.py", str(data), "--model", str(model), "--device", "cpu", "--class-map",
-                       str(class_map)])
+    proc = run_script(
+        ["validate.py", str(data), "--model", str(model), "--device", "cpu", "--class-map", str(class_map)]
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"labels from --class-map {class_map}" in proc.stdout

@@ -10,28 +10,69 @@ import pytest
 import torch
 
 from tests.conftest import REPO, device_flags, run_script
-from vtools import benchmark
+from vtools.bench.measure import measure
+from vtools.commands.bench import build_parser
 
 
-@pytest.mark.cpu_only(reason="checks the report's rows and columns; the measured loops are the ones the npu tests "
-                             "run, and the data sources' device parity is in test_sources.py")
+@pytest.mark.cpu_only(
+    reason="checks the report's rows and columns; the measured loops are the ones the npu tests "
+    "run, and the data sources' device parity is in test_sources.py"
+)
 def test_benchmark_report(tmp_path: Path) -> None:
     """One run: model/vtools/baseline modes, vtools on folder, shards and parquet, the decode task on
     pre-resized shards, and whole train.py runs against the plain loop (recipe); every figure positive,
     ratios where they apply, a table pandas reads."""
     pytest.importorskip("datasets")
     out = tmp_path / "bench.csv"
-    proc = run_script(["-m", "vtools", "bench", "--model", "test_resnet", "--tasks", "validate", "recipe", "decode",
-                       "--sources", "folder", "wds", "parquet", "--max-side", "16", "--recipe-epochs", "1",
-                       "--recipe-precisions", "float32", "--device", "cpu",
-                       "--steps", "1", "--warmup", "1", "--batch-size", "4", "--workers", "0", "--output", str(out)])
+    proc = run_script(
+        [
+            "-m",
+            "vtools",
+            "bench",
+            "--model",
+            "test_resnet",
+            "--tasks",
+            "validate",
+            "recipe",
+            "decode",
+            "--sources",
+            "folder",
+            "wds",
+            "parquet",
+            "--max-side",
+            "16",
+            "--recipe-epochs",
+            "1",
+            "--recipe-precisions",
+            "float32",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--batch-size",
+            "4",
+            "--workers",
+            "0",
+            "--output",
+            str(out),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(out)
     rows = list(zip(table["task"], table["mode"], table["source"]))
-    assert rows == [("validate", "model", "folder"), ("validate", "vtools", "folder"), ("validate", "vtools", "wds"),
-                    ("validate", "vtools", "parquet"), ("validate", "baseline", "folder"),
-                    ("decode", "vtools", "folder"), ("decode", "vtools", "wds-max16"),
-                    ("recipe", "vtools", "folder"), ("recipe", "baseline", "folder")]
+    assert rows == [
+        ("validate", "model", "folder"),
+        ("validate", "vtools", "folder"),
+        ("validate", "vtools", "wds"),
+        ("validate", "vtools", "parquet"),
+        ("validate", "baseline", "folder"),
+        ("decode", "vtools", "folder"),
+        ("decode", "vtools", "wds-max16"),
+        ("recipe", "vtools", "folder"),
+        ("recipe", "baseline", "folder"),
+    ]
     recipe = table[table["task"] == "recipe"]
     assert (recipe["wall_s"] > 0).all() and recipe["top1"].between(0, 100).all()
     assert recipe.loc[recipe["mode"] == "vtools", "wall_vs_baseline"].notna().all()
@@ -43,12 +84,18 @@ def test_benchmark_report(tmp_path: Path) -> None:
     assert validate.loc[validate["mode"] == "vtools", ["vs_model", "vs_baseline"]].notna().all().all()
 
 
-@pytest.mark.parametrize("task, module, loop", [("train", "vtools.training", "train_one_epoch"),
-                                                ("validate", "vtools.engine", "evaluate"),
-                                                ("inference", "vtools.engine", "predict")])
+@pytest.mark.parametrize(
+    "task, module, loop",
+    [
+        ("train", "vtools.train.loop", "train_one_epoch"),
+        ("validate", "vtools.evaluation.loops", "evaluate"),
+        ("inference", "vtools.evaluation.loops", "predict"),
+    ],
+)
 @pytest.mark.parametrize("mode", ["vtools", "model"])
-def test_bench_measures_the_real_loops(device: torch.device, task: str, module: str, loop: str, mode: str,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_measures_the_real_loops(
+    device: torch.device, task: str, module: str, loop: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each figure comes from the function the scripts run (train.py's train_one_epoch with its own
     loaders and components, validate.py's evaluate, inference.py's predict), fed every timed batch."""
     real = getattr(importlib.import_module(module), loop)
@@ -65,10 +112,23 @@ def test_bench_measures_the_real_loops(device: torch.device, task: str, module: 
 
     monkeypatch.setattr(f"{module}.{loop}", spy)
     threads = torch.get_num_threads()
-    argv = ["--model", "test_resnet", "--data", str(REPO / "data/fashion-mnist-mini"), "--steps", "2",
-            "--warmup", "1", "--batch-size", "4", "--workers", "0", *device_flags(device.type)]
+    argv = [
+        "--model",
+        "test_resnet",
+        "--data",
+        str(REPO / "data/fashion-mnist-mini"),
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "4",
+        "--workers",
+        "0",
+        *device_flags(device.type),
+    ]
     try:
-        row = benchmark.measure(task, mode, "folder", benchmark.build_parser().parse_args(argv))
+        row = measure(task, mode, "folder", build_parser().parse_args(argv))
     finally:
         torch.set_num_threads(threads)
     assert seen == [3], f"{loop} consumed {seen} batches, expected 3 (1 warm-up + 2 timed)"

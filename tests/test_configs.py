@@ -18,8 +18,8 @@ def test_there_are_configs() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_is_valid(path: Path) -> None:
-    import train
-    from vtools.config import read_yaml, yaml_defaults
+    from vtools.cli.config import read_yaml, yaml_defaults
+    from vtools.commands import train
 
     parser = train.build_parser()
     values = yaml_defaults(parser, read_yaml(path), str(path))

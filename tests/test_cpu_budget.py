@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from tests.conftest import device_flags, run_script, train_args
-from vtools import data as vdata
-from vtools.device import kind_of
-from vtools.host import plan, rank_slice, setup_cpu_budget, usable_cores
+from vtools.data.loaders import make_loader
+from vtools.runtime.cpu_budget import plan, rank_slice, setup_cpu_budget, usable_cores
+from vtools.runtime.device import kind_of
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +39,7 @@ def expected_split(device_type: str, cores: int) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("cores", [1, 2, 4, 16, 96])
-def test_default_split_follows_the_device(device: torch.device, cores: int, monkeypatch: pytest.MonkeyPatch
-                                          ) -> None:
+def test_default_split_follows_the_device(device: torch.device, cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     budget = plan(device.type, cores)
     assert (budget.workers, budget.threads) == expected_split(device.type, cores)
@@ -56,7 +55,7 @@ def test_budget_is_applied_and_reaches_the_loaders(device: torch.device, monkeyp
     assert (budget.workers, budget.threads) == expected_split(device.type, len(usable_cores()))
     assert torch.get_num_threads() == budget.threads
     assert budget.kept_freed_memory == (os.uname().sysname == "Linux")
-    loader = vdata.make_loader(list(range(8)), 2, device)  # no worker count given: the budget's
+    loader = make_loader(list(range(8)), 2, device)  # no worker count given: the budget's
     assert loader.num_workers == budget.workers
 
 
@@ -81,13 +80,12 @@ def test_torchrun_ranks_share_the_cores(device: torch.device, monkeypatch: pytes
     share = len(cores) // 2
     assert setup_cpu_budget(device).cores == share
     budget = setup_cpu_budget(device, bind=True)
-    assert budget.bound == tuple(cores[share:2 * share])
-    assert sorted(os.sched_getaffinity(0)) == cores[share:2 * share]
+    assert budget.bound == tuple(cores[share : 2 * share])
+    assert sorted(os.sched_getaffinity(0)) == cores[share : 2 * share]
     assert rank_slice(list(range(8)), 1, 2) == [4, 5, 6, 7] and rank_slice(list(range(9)), 2, 3) == [6, 7, 8]
 
 
-def test_a_backend_affinity_variable_takes_precedence(device: torch.device, monkeypatch: pytest.MonkeyPatch
-                                                      ) -> None:
+def test_a_backend_affinity_variable_takes_precedence(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ascend's CPU_AFFINITY_CONF (named in the npu row) binds torch_npu's threads: vtools then binds
     nothing and says so; on a device without such a variable --bind-cores binds."""
     monkeypatch.setenv("CPU_AFFINITY_CONF", "1")
@@ -105,7 +103,12 @@ def test_start_line_and_env_report_the_budget(device: torch.device, fashion4: Pa
     env = run_script(["-m", "vtools", "env", *device_flags(device.type)], env={"OMP_NUM_THREADS": ""})
     assert env.returncode == 0, env.stderr
     assert f"cpu_budget: {len(usable_cores())} cores, {line}" in env.stdout
-    proc = run_script([*train_args(fashion4, tmp_path, "run", "--epochs", "1", "--threads", "1", "--workers", "0"),
-                       *device_flags(device.type)], env={"OMP_NUM_THREADS": ""})
+    proc = run_script(
+        [
+            *train_args(fashion4, tmp_path, "run", "--epochs", "1", "--threads", "1", "--workers", "0"),
+            *device_flags(device.type),
+        ],
+        env={"OMP_NUM_THREADS": ""},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "cpu budget: " in proc.stdout and "0 loader workers, 1 intra-op + 1 inter-op threads" in proc.stdout

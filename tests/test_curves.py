@@ -17,8 +17,22 @@ pytestmark = pytest.mark.cpu_only(reason="logging and drawing are host-side; dev
 def two_runs(fashion4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("curves")
     for name, lr in (("slow", "0.005"), ("fast", "0.02")):
-        proc = run_script(train_args(fashion4, out, name, "--device", "cpu", "--epochs", "3", "--lr", lr,
-                                     "--log-interval", "2", "--log-tensorboard"))
+        proc = run_script(
+            train_args(
+                fashion4,
+                out,
+                name,
+                "--device",
+                "cpu",
+                "--epochs",
+                "3",
+                "--lr",
+                lr,
+                "--log-interval",
+                "2",
+                "--log-tensorboard",
+            )
+        )
         assert proc.returncode == 0, proc.stderr
         assert f"curves: {out / name / 'curves.png'}" in proc.stdout
     return out
@@ -36,9 +50,15 @@ def test_tensorboard_epoch_scalars_equal_the_summary(two_runs: Path) -> None:
     run = two_runs / "slow"
     scalars = _scalars(run)
     rows = summary(run)
-    for column, tag in (("train_loss", "train/loss"), ("eval_loss", "eval/loss"), ("eval_top1", "eval/top1"),
-                        ("eval_top5", "eval/top5"), ("lr", "lr"), ("img_per_sec", "train/img_per_sec"),
-                        ("data_wait", "train/data_wait")):
+    for column, tag in (
+        ("train_loss", "train/loss"),
+        ("eval_loss", "eval/loss"),
+        ("eval_top1", "eval/top1"),
+        ("eval_top5", "eval/top5"),
+        ("lr", "lr"),
+        ("img_per_sec", "train/img_per_sec"),
+        ("data_wait", "train/data_wait"),
+    ):
         assert [step for step, _ in scalars[tag]] == [int(r["epoch"]) for r in rows], tag
         for (_, value), row in zip(scalars[tag], rows):
             assert value == pytest.approx(float(row[column]), rel=1e-6, abs=1e-9), (tag, row["epoch"])
@@ -55,8 +75,9 @@ def test_tensorboard_log_step_scalars(two_runs: Path) -> None:
 
 def test_plot_two_runs(two_runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "both.png"
-    proc = run_script(["-m", "vtools", "plot", str(two_runs / "slow"), str(two_runs / "fast" / "summary.csv"),
-                       "-o", str(out)])
+    proc = run_script(
+        ["-m", "vtools", "plot", str(two_runs / "slow"), str(two_runs / "fast" / "summary.csv"), "-o", str(out)]
+    )
     assert proc.returncode == 0, proc.stderr
     with Image.open(out) as picture:
         assert picture.format == "PNG" and picture.width > 1000
@@ -65,8 +86,9 @@ def test_plot_two_runs(two_runs: Path, tmp_path: Path) -> None:
 
 
 def test_plot_needs_a_run(tmp_path: Path) -> None:
-    assert_usage_error(run_script(["-m", "vtools", "plot", str(tmp_path), "-o", str(tmp_path / "x.png")]),
-                       "no summary.csv")
+    assert_usage_error(
+        run_script(["-m", "vtools", "plot", str(tmp_path), "-o", str(tmp_path / "x.png")]), "no summary.csv"
+    )
     assert not (tmp_path / "x.png").exists()
 
 
@@ -74,7 +96,9 @@ def test_missing_tensorboard_names_the_install(fashion4: Path, tmp_path: Path) -
     shadow = tmp_path / "shadow" / "tensorboard"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named tensorboard')\n")
-    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
-                      env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"})
+    proc = run_script(
+        train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
+        env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"},
+    )
     assert_usage_error(proc, "--log-tensorboard needs the package tensorboard", "requirements-deploy.txt")
     assert not (tmp_path / "run").exists()

@@ -12,18 +12,22 @@ import pytest
 import torch
 
 from tests.conftest import REPO, assert_same_weights, device_flags, summary, train_args, weights
-from vtools import data as vdata
-from vtools.device import has_streams, kind_of
+from vtools.atomic import atomic_copy
+from vtools.data import datasets
+from vtools.data.datasets import DecodedImages, FileSamples, ImageFiles
+from vtools.data.loaders import Batch, DeviceLoader, eval_device_loader
+from vtools.data.sampling import SeededSamples
+from vtools.data.transforms import eval_transform
 from vtools.errors import RunFailed
-from vtools.files import atomic_copy
-from vtools.sampling import SeededSamples
+from vtools.runtime.device import has_streams, kind_of
+from vtools.train import assemble
 
 VAL = REPO / "data/fashion-mnist-mini/val"
 
 
 def _train_transform():
-    from vtools.commands.train import build_parser
-    from vtools.recipe import build_train_transform
+    from vtools.train.options import build_parser
+    from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--scale", "0.5", "1.0", "--hflip", "0.5", "--color-jitter", "0.4"])
     return build_train_transform(args, {"input_size": (3, 24, 24), "mean": (0.5,) * 3, "std": (0.5,) * 3})
@@ -31,13 +35,13 @@ def _train_transform():
 
 def _counting_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     opened: list[str] = []
-    real = vdata.open_image
+    real = datasets.open_image
 
-    def open_image(source, mode, name=None):
+    def counting_open_image(source, mode, name=None):
         opened.append(str(source))
         return real(source, mode, name)
 
-    monkeypatch.setattr(vdata, "open_image", open_image)
+    monkeypatch.setattr(datasets, "open_image", counting_open_image)
     return opened
 
 
@@ -46,8 +50,8 @@ def test_kept_training_images_give_the_same_augmented_samples(monkeypatch: pytes
     """With the decoded images kept, a later epoch reads no file and yields exactly the samples (random
     augmentation included) that decoding again would give."""
     paths = sorted(VAL.rglob("*.png"))[:40]
-    fresh = SeededSamples(vdata.ImageFiles(paths, None, _train_transform(), "RGB"), seed=3)
-    kept_images = vdata.DecodedImages(vdata.FileSamples(paths), _train_transform(), "RGB", keep_bytes=1 << 20)
+    fresh = SeededSamples(ImageFiles(paths, None, _train_transform(), "RGB"), seed=3)
+    kept_images = DecodedImages(FileSamples(paths), _train_transform(), "RGB", keep_bytes=1 << 20)
     kept = SeededSamples(kept_images, seed=3)
     opened = _counting_decodes(monkeypatch)
     for epoch in range(3):
@@ -61,7 +65,7 @@ def test_kept_training_images_give_the_same_augmented_samples(monkeypatch: pytes
 @pytest.mark.cpu_only(reason="decoding happens in host processes")
 def test_a_training_set_too_large_to_keep_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     paths = sorted(VAL.rglob("*.png"))[:10]
-    images = vdata.DecodedImages(vdata.FileSamples(paths), _train_transform(), "RGB", keep_bytes=5 * 28 * 28 * 3)
+    images = DecodedImages(FileSamples(paths), _train_transform(), "RGB", keep_bytes=5 * 28 * 28 * 3)
     opened = _counting_decodes(monkeypatch)
     for _ in range(2):
         for index in range(len(paths)):
@@ -70,15 +74,22 @@ def test_a_training_set_too_large_to_keep_is_not_kept(monkeypatch: pytest.Monkey
     assert images._kept == {}  # what had been kept before the set overflowed is let go
 
 
-def _val_loader(device: torch.device, keep_bytes: int, workers: int = 1) -> vdata.DeviceLoader:
-    config = {"input_size": (3, 28, 28), "mean": (0.5,) * 3, "std": (0.25,) * 3, "interpolation": "bilinear",
-              "crop_pct": 1.0, "crop_mode": "center"}
-    dataset = vdata.ImageFiles(sorted(VAL.rglob("*.png"))[:70], None, vdata.eval_transform(config), "RGB")
-    return vdata.eval_device_loader(dataset, 32, device, workers, config, channels_last=False, on_bad=None,
-                                    persistent=True, keep_bytes=keep_bytes)
+def _val_loader(device: torch.device, keep_bytes: int, workers: int = 1) -> DeviceLoader:
+    config = {
+        "input_size": (3, 28, 28),
+        "mean": (0.5,) * 3,
+        "std": (0.25,) * 3,
+        "interpolation": "bilinear",
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+    }
+    dataset = ImageFiles(sorted(VAL.rglob("*.png"))[:70], None, eval_transform(config), "RGB")
+    return eval_device_loader(
+        dataset, 32, device, workers, config, channels_last=False, on_bad=None, persistent=True, keep_bytes=keep_bytes
+    )
 
 
-def _passes(loader: vdata.DeviceLoader, count: int) -> list[list[torch.Tensor]]:
+def _passes(loader: DeviceLoader, count: int) -> list[list[torch.Tensor]]:
     return [[batch.images.cpu() for batch in loader] for _ in range(count)]
 
 
@@ -125,7 +136,7 @@ def test_the_first_batch_needs_one_decoded_batch_without_streams(device: torch.d
     fetched: list[int] = []
 
     class Counting:
-        def __init__(self, batches: list[vdata.Batch]) -> None:
+        def __init__(self, batches: list[Batch]) -> None:
             self.batches = batches
 
         def __iter__(self):
@@ -136,16 +147,19 @@ def test_the_first_batch_needs_one_decoded_batch_without_streams(device: torch.d
         def __len__(self) -> int:
             return len(self.batches)
 
-    batches = [vdata.Batch(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64),
-                           torch.arange(2)) for _ in range(3)]
-    loader = vdata.DeviceLoader(Counting(batches), device, (0.5,) * 3, (0.5,) * 3)
+    batches = [
+        Batch(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64), torch.arange(2))
+        for _ in range(3)
+    ]
+    loader = DeviceLoader(Counting(batches), device, (0.5,) * 3, (0.5,) * 3)
     first = next(iter(loader))
     assert first.images.device.type == device.type
     assert len(fetched) == (2 if has_streams(device) else 1)
 
 
-def test_training_with_kept_data_matches_decoding_every_epoch(device: torch.device, fashion4: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_with_kept_data_matches_decoding_every_epoch(
+    device: torch.device, fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A whole train.py run keeping decoded training images and validation batches gives the numbers
     and weights of a run that decodes everything every epoch; the next epoch starts decoding during
     validation on an accelerator and after it where validation runs on the host's cores."""
@@ -153,8 +167,9 @@ def test_training_with_kept_data_matches_decoding_every_epoch(device: torch.devi
 
     events: list[str] = []
     real_start, real_evaluate = train.start_epoch, train.evaluate
-    monkeypatch.setattr(train, "start_epoch", lambda loaders, epoch: events.append(f"start {epoch}")
-                        or real_start(loaders, epoch))
+    monkeypatch.setattr(
+        train, "start_epoch", lambda loaders, epoch: events.append(f"start {epoch}") or real_start(loaders, epoch)
+    )
     monkeypatch.setattr(train, "evaluate", lambda *a, **k: events.append(k["desc"]) or real_evaluate(*a, **k))
 
     def run(name: str) -> int:
@@ -162,15 +177,19 @@ def test_training_with_kept_data_matches_decoding_every_epoch(device: torch.devi
 
     assert run("kept") == 0
     during = not kind_of(device.type).computes_on_host
-    expected = ["start 1", "validate 0", "start 2", "validate 1"] if during else \
-        ["validate 0", "start 1", "validate 1", "start 2"]
+    expected = (
+        ["start 1", "validate 0", "start 2", "validate 1"]
+        if during
+        else ["validate 0", "start 1", "validate 1", "start 2"]
+    )
     assert events[:4] == expected
-    monkeypatch.setattr(vdata, "KEEP_TRAINING_BYTES", 0)
-    monkeypatch.setattr(vdata, "KEEP_VALIDATION_BYTES", 0)
+    monkeypatch.setattr(assemble, "KEEP_TRAINING_BYTES", 0)
+    monkeypatch.setattr(assemble, "KEEP_VALIDATION_BYTES", 0)
     assert run("decoded") == 0
     columns = ("train_loss", "eval_loss", "eval_top1", "eval_top5", "lr")
-    assert [[row[c] for c in columns] for row in summary(tmp_path / "kept")] == \
-        [[row[c] for c in columns] for row in summary(tmp_path / "decoded")]
+    assert [[row[c] for c in columns] for row in summary(tmp_path / "kept")] == [
+        [row[c] for c in columns] for row in summary(tmp_path / "decoded")
+    ]
     assert_same_weights(weights(tmp_path / "kept" / "last.pth.tar"), weights(tmp_path / "decoded" / "last.pth.tar"))
 
 
@@ -179,7 +198,7 @@ def test_training_with_kept_data_matches_decoding_every_epoch(device: torch.devi
 
 @pytest.mark.cpu_only(reason="file layout on disk is host-side; the checkpoint holds cpu copies")
 def test_best_is_a_second_name_of_the_numbered_checkpoint(tmp_path: Path) -> None:
-    from vtools.checkpoint import BEST, LAST, CheckpointManager
+    from vtools.train.checkpoint import BEST, LAST, CheckpointManager
 
     manager = CheckpointManager(tmp_path, keep=2)
     for epoch, metric in enumerate([10.0, 30.0, 20.0]):
@@ -200,9 +219,8 @@ def test_best_is_a_second_name_of_the_numbered_checkpoint(tmp_path: Path) -> Non
 
 
 @pytest.mark.cpu_only(reason="file layout on disk is host-side")
-def test_best_is_a_copy_where_the_filesystem_has_no_hard_links(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from vtools.checkpoint import BEST, CheckpointManager
+def test_best_is_a_copy_where_the_filesystem_has_no_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vtools.train.checkpoint import BEST, CheckpointManager
 
     def no_links(*args: object) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")
@@ -238,8 +256,10 @@ def test_copies_fall_back_to_a_buffered_copy(tmp_path: Path, monkeypatch: pytest
     if missing == "absent":
         monkeypatch.delattr(os, "copy_file_range")
     else:
+
         def cross_device(*args: object) -> int:
             raise OSError(errno.EXDEV, "Invalid cross-device link")
+
         monkeypatch.setattr(os, "copy_file_range", cross_device)
     assert atomic_copy(source, tmp_path / "copy.bin").read_bytes() == source.read_bytes()
 

@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import EMULATED_NPU_MODULE, REPO, assert_usage_error, run_script
 
 pytestmark = pytest.mark.cpu_only(
-    reason="each test sets up the device situation it checks (missing, broken, hidden, out-of-range backends)")
+    reason="each test sets up the device situation it checks (missing, broken, hidden, out-of-range backends)"
+)
 
 SCRIPTS = ["train.py", "validate.py", "inference.py"]
 
@@ -35,8 +36,9 @@ def test_negative_index() -> None:
 
 
 def test_unknown_device_type() -> None:
-    assert_usage_error(run_script([*_script_args("inference.py"), "--device", "quantum"]),
-                       "unknown device type 'quantum'")
+    assert_usage_error(
+        run_script([*_script_args("inference.py"), "--device", "quantum"]), "unknown device type 'quantum'"
+    )
 
 
 def test_backend_not_installed() -> None:
@@ -47,8 +49,10 @@ def test_backend_not_installed() -> None:
 def test_backend_installed_but_broken(tmp_path: Path) -> None:
     """torch_npu importable but failing (no CANN), with autoload off so torch itself imports."""
     _broken_torch_npu_package(tmp_path)
-    proc = run_script([*_script_args("validate.py"), "--device", "npu"],
-                      env={"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    proc = run_script(
+        [*_script_args("validate.py"), "--device", "npu"],
+        env={"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert_usage_error(proc, "torch_npu is installed but failed to load", "libascendcl.so", "set_env.sh")
 
 
@@ -57,7 +61,8 @@ def _broken_torch_npu_package(root: Path) -> None:
     package = root / "torch_npu"
     package.mkdir()
     (package / "__init__.py").write_text(
-        "raise ImportError('libascendcl.so: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libascendcl.so: cannot open shared object file: No such file or directory')\n"
+    )
     dist_info = root / "torch_npu-2.14.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
@@ -84,7 +89,8 @@ def test_env_with_broken_backend_reports_everything_else(tmp_path: Path) -> None
 def _broken_autoload_backend(root: Path) -> None:
     """A distribution that registers a torch.backends entry point which raises, like torch_npu w/o CANN."""
     (root / "fake_ascend_backend.py").write_text(
-        "def autoload():\n    raise ImportError('libhccl.so: cannot open shared object file')\n")
+        "def autoload():\n    raise ImportError('libhccl.so: cannot open shared object file')\n"
+    )
     dist_info = root / "torch_npu-2.14.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
@@ -96,29 +102,36 @@ def test_backend_breaks_import_torch(script: str, tmp_path: Path) -> None:
     _broken_autoload_backend(tmp_path)
 
     proc = run_script([*_script_args(script), "--device", "cpu"], env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
-    assert_usage_error(proc, "Failed to load the backend extension", "TORCH_DEVICE_BACKEND_AUTOLOAD=0",
-                       "set_env.sh", "libhccl.so")
+    assert_usage_error(
+        proc, "Failed to load the backend extension", "TORCH_DEVICE_BACKEND_AUTOLOAD=0", "set_env.sh", "libhccl.so"
+    )
 
 
 def test_autoload_off_bypasses_broken_backend(tmp_path: Path) -> None:
     _broken_autoload_backend(tmp_path)
 
-    proc = run_script(["-m", "vtools", "env", "--device", "cpu"],
-                      env={"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    proc = run_script(
+        ["-m", "vtools", "env", "--device", "cpu"],
+        env={"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "device: cpu" in proc.stdout
 
 
 def test_type_present_but_unavailable() -> None:
     """The emulated npu with every device hidden: the type exists, no device is visible."""
-    proc = run_script([*_script_args("validate.py"), "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
-                      env={"ASCEND_RT_VISIBLE_DEVICES": ""})
+    proc = run_script(
+        [*_script_args("validate.py"), "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
+        env={"ASCEND_RT_VISIBLE_DEVICES": ""},
+    )
     assert_usage_error(proc, "no device is available", "ASCEND_RT_VISIBLE_DEVICES=")
 
 
 def test_index_out_of_range_names_visibility() -> None:
-    proc = run_script([*_script_args("inference.py"), "--device", "npu:3", "--device-modules", EMULATED_NPU_MODULE],
-                      env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"})
+    proc = run_script(
+        [*_script_args("inference.py"), "--device", "npu:3", "--device-modules", EMULATED_NPU_MODULE],
+        env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"},
+    )
     assert_usage_error(proc, "npu:3 requested, 2 visible; ASCEND_RT_VISIBLE_DEVICES=4,5")
 
 
@@ -128,12 +141,22 @@ def test_unimportable_device_module() -> None:
 
 
 def test_env_report_on_emulated_npu() -> None:
-    proc = run_script(["-m", "vtools", "env", "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
-                      env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    proc = run_script(
+        ["-m", "vtools", "env", "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
+        env={"VTOOLS_EMU_NPU_NO_BF16": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for expected in ("torch: ", "timm: ", "device: npu:0", "device_count: 2", "amp_policy: float16",
-                     "grad_scaler: True", "ASCEND_RT_VISIBLE_DEVICES=", "TORCH_DEVICE_BACKEND_AUTOLOAD=",
-                     "tuning: none"):
+    for expected in (
+        "torch: ",
+        "timm: ",
+        "device: npu:0",
+        "device_count: 2",
+        "amp_policy: float16",
+        "grad_scaler: True",
+        "ASCEND_RT_VISIBLE_DEVICES=",
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=",
+        "tuning: none",
+    ):
         assert expected in out, (expected, out)
     assert "unavailable" in out.split("dist_backend:")[1].splitlines()[0]  # no hccl in the emulation

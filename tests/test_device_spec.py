@@ -5,15 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vtools import device as dev
 from vtools.errors import UsageError
+from vtools.runtime import device as dev
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("cpu", ("cpu", None)), ("cuda", ("cuda", None)), ("cuda:1", ("cuda", 1)), ("npu:0", ("npu", 0)),
-    ("xpu:2", ("xpu", 2)), ("mps", ("mps", None)), ("auto", ("auto", None)), ("NPU:3", ("npu", 3)),
-    ("my_backend:0", ("my_backend", 0)),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("cpu", ("cpu", None)),
+        ("cuda", ("cuda", None)),
+        ("cuda:1", ("cuda", 1)),
+        ("npu:0", ("npu", 0)),
+        ("xpu:2", ("xpu", 2)),
+        ("mps", ("mps", None)),
+        ("auto", ("auto", None)),
+        ("NPU:3", ("npu", 3)),
+        ("my_backend:0", ("my_backend", 0)),
+    ],
+)
 def test_parse_valid_specs(spec: str, expected: tuple) -> None:
     assert dev.parse_device_spec(spec) == expected
 

@@ -121,10 +121,14 @@ def test_build_is_cached_and_runner_works():
     mtime = so.stat().st_mtime_ns
     proc = subprocess.run(
         [
-            sys.executable, "-m", "tests.emulated_npu", "-c",
+            sys.executable,
+            "-m",
+            "tests.emulated_npu",
+            "-c",
             "import sys, torch; print(torch.ones(3, device='npu').sum().item(), "
             "torch.accelerator.current_accelerator().type, sys.argv[1:])",
-            "x", "y",
+            "x",
+            "y",
         ],
         cwd=REPO_ROOT,
         capture_output=True,

@@ -15,8 +15,15 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import (DEVICE_TYPES, REPO, assert_one_line_error, assert_usage_error, device_flags, run_script,
-                            train_args)
+from tests.conftest import (
+    DEVICE_TYPES,
+    REPO,
+    assert_one_line_error,
+    assert_usage_error,
+    device_flags,
+    run_script,
+    train_args,
+)
 
 SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
 
@@ -38,13 +45,14 @@ def exported_folder(fashion4: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return folder
 
 
-def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int, ...],
-                        data: Path = SHIPPED_VAL) -> float:
+def _independent_parity(
+    onnx_path: Path, model: torch.nn.Module, size: tuple[int, ...], data: Path = SHIPPED_VAL
+) -> float:
     """Max logit difference between PyTorch and a fresh onnxruntime session on real, preprocessed images."""
     import onnxruntime
     from timm.data import resolve_data_config
 
-    from vtools.export import check_images
+    from vtools.deploy.export import check_images
 
     config = resolve_data_config(model=model)
     images = check_images(str(data), config, 16)
@@ -55,9 +63,11 @@ def _independent_parity(onnx_path: Path, model: torch.nn.Module, size: tuple[int
         return float(np.abs(model(images).numpy() - logits).max())
 
 
-@pytest.mark.cpu_only(reason="export runs on the host; the exported file's device runs: test_validate_onnx_equals_pytorch")
+@pytest.mark.cpu_only(
+    reason="export runs on the host; the exported file's device runs: test_validate_onnx_equals_pytorch"
+)
 def test_model_folder_export_matches_onnxruntime(exported_folder: Path, fashion4: Path) -> None:
-    from vtools.models import create_model
+    from vtools.models.create import create_model
 
     model = create_model(str(exported_folder)).eval()
     assert _independent_parity(exported_folder / "model.onnx", model, (3, 32, 32), fashion4 / "val") < 1e-4
@@ -86,8 +96,19 @@ def test_opset_18_uses_the_torch_export_exporter(tmp_path: Path) -> None:
     import onnx
 
     out = tmp_path / "resnet.onnx"
-    proc = _export("test_resnet", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out),
-                   "--opset", "18", "--check-images", "8")
+    proc = _export(
+        "test_resnet",
+        "--num-classes",
+        "10",
+        "--data",
+        str(SHIPPED_VAL),
+        "--output",
+        str(out),
+        "--opset",
+        "18",
+        "--check-images",
+        "8",
+    )
     assert proc.returncode == 0, proc.stderr
     assert max(op.version for op in onnx.load(str(out)).opset_import if op.domain in ("", "ai.onnx")) == 18
 
@@ -95,8 +116,19 @@ def test_opset_18_uses_the_torch_export_exporter(tmp_path: Path) -> None:
 @pytest.mark.cpu_only(reason="export runs on the host")
 def test_a_mismatch_fails_in_one_line_and_leaves_no_file(tmp_path: Path) -> None:
     out = tmp_path / "never.onnx"
-    proc = _export("test_vit", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out),
-                   "--atol", "0", "--rtol", "0")
+    proc = _export(
+        "test_vit",
+        "--num-classes",
+        "10",
+        "--data",
+        str(SHIPPED_VAL),
+        "--output",
+        str(out),
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+    )
     if proc.returncode == 0:
         pytest.skip("onnxruntime matched PyTorch bit for bit: no mismatch to report")
     assert_one_line_error(proc, 3, "does not match PyTorch", "nothing written")
@@ -108,27 +140,41 @@ def test_missing_onnxruntime_names_the_install(tmp_path: Path, exported_folder: 
     shadow = tmp_path / "onnxruntime"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('No module named onnxruntime')\n")
-    proc = run_script(["validate.py", str(SHIPPED_VAL), "--model", str(exported_folder / "model.onnx"), "--device",
-                       "cpu"], env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    proc = run_script(
+        ["validate.py", str(SHIPPED_VAL), "--model", str(exported_folder / "model.onnx"), "--device", "cpu"],
+        env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"},
+    )
     assert_usage_error(proc, "needs the package onnxruntime", "requirements-deploy.txt")
 
 
-def _run_for_torch_and_onnx(folder: Path, script: str, data: Path, device_type: str, suffix: str,
-                            *extra: str) -> dict[str, Path]:
+def _run_for_torch_and_onnx(
+    folder: Path, script: str, data: Path, device_type: str, suffix: str, *extra: str
+) -> dict[str, Path]:
     """Run ``script`` on the PyTorch model folder and on its model.onnx; returns each results file."""
     results = {}
     for kind, model in (("torch", folder), ("onnx", folder / "model.onnx")):
         results[kind] = folder.parent.parent / f"{script}-{device_type}-{kind}.{suffix}"
-        proc = run_script([script, str(data), "--model", str(model), *device_flags(device_type), *extra,
-                           "--results-file", str(results[kind])])
+        proc = run_script(
+            [
+                script,
+                str(data),
+                "--model",
+                str(model),
+                *device_flags(device_type),
+                *extra,
+                "--results-file",
+                str(results[kind]),
+            ]
+        )
         assert proc.returncode == 0, proc.stderr
     return results
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, fashion4: Path) -> None:
-    files = _run_for_torch_and_onnx(exported_folder, "validate.py", fashion4 / "val", device_type, "json",
-                                    "--results-format", "json")
+    files = _run_for_torch_and_onnx(
+        exported_folder, "validate.py", fashion4 / "val", device_type, "json", "--results-format", "json"
+    )
     rows = {kind: json.loads(path.read_text())[0] for kind, path in files.items()}
     assert rows["onnx"]["samples"] == rows["torch"]["samples"] == 60
     for key in ("top1", "top5"):
@@ -138,8 +184,9 @@ def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, f
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_inference_onnx_gives_the_same_top5(device_type: str, exported_folder: Path, fashion4: Path) -> None:
-    files = _run_for_torch_and_onnx(exported_folder, "inference.py", fashion4 / "val", device_type, "csv",
-                                    "--topk", "4")
+    files = _run_for_torch_and_onnx(
+        exported_folder, "inference.py", fashion4 / "val", device_type, "csv", "--topk", "4"
+    )
     tables = {kind: pd.read_csv(path) for kind, path in files.items()}
     labels = [f"label_{k}" for k in range(1, 5)]  # every class of the 4: the whole ranking
     assert len(tables["onnx"]) == 60

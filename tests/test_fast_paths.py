@@ -14,12 +14,13 @@ import torch
 from timm.optim import create_optimizer_v2
 
 from tests.conftest import REPO, run_script
-from vtools import data as vdata
-from vtools.checkpoint import BEST, LAST, CheckpointManager
-from vtools.commands.train import build_parser
-from vtools.device import fused_optimizer
-from vtools.recipe import build_optimizer, load_optimizer_state
-from vtools.sampling import EpochSampler, SeededSamples
+from vtools.data.datasets import ImageFiles
+from vtools.data.loaders import DeviceLoader, make_loader
+from vtools.data.sampling import EpochSampler, SeededSamples
+from vtools.runtime.device import fused_optimizer
+from vtools.train.checkpoint import BEST, LAST, CheckpointManager
+from vtools.train.options import build_parser
+from vtools.train.recipe import build_optimizer, load_optimizer_state
 
 
 def test_background_checkpoint_holds_the_state_at_save_time(device: torch.device, tmp_path: Path) -> None:
@@ -80,10 +81,11 @@ def test_a_started_pass_is_the_epoch_it_was_started_for(device: torch.device) ->
     if the sampler moves on before the pass is consumed."""
     images = sorted((REPO / "data/fashion-mnist-mini/val/bag").glob("*.png"))[:12]
 
-    def loader(sampler: EpochSampler) -> vdata.DeviceLoader:
-        source = SeededSamples(vdata.ImageFiles(images, None, tiny_tensor, "RGB"), seed=1)
-        return vdata.DeviceLoader(vdata.make_loader(source, 4, device, workers=1, sampler=sampler, drop_last=True),
-                                  device, (0.5,) * 3, (0.5,) * 3)
+    def loader(sampler: EpochSampler) -> DeviceLoader:
+        source = SeededSamples(ImageFiles(images, None, tiny_tensor, "RGB"), seed=1)
+        return DeviceLoader(
+            make_loader(source, 4, device, workers=1, sampler=sampler, drop_last=True), device, (0.5,) * 3, (0.5,) * 3
+        )
 
     def order(sampler: EpochSampler, early: bool) -> list[int]:
         batches = loader(sampler)
@@ -110,13 +112,22 @@ def test_train_transform_is_timms(jitter: float) -> None:
     from PIL import Image
     from timm.data import create_transform
 
-    from vtools.recipe import build_train_transform
+    from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--color-jitter", str(jitter), "--scale", "0.5", "1.0", "--hflip", "0.5"])
     config = {"input_size": (3, 24, 24), "mean": (0.5,) * 3, "std": (0.5,) * 3}
     ours = build_train_transform(args, config)
-    theirs = create_transform((3, 24, 24), is_training=True, use_prefetcher=True, scale=(0.5, 1.0), hflip=0.5,
-                              color_jitter=jitter, interpolation="random", mean=(0.5,) * 3, std=(0.5,) * 3)
+    theirs = create_transform(
+        (3, 24, 24),
+        is_training=True,
+        use_prefetcher=True,
+        scale=(0.5, 1.0),
+        hflip=0.5,
+        color_jitter=jitter,
+        interpolation="random",
+        mean=(0.5,) * 3,
+        std=(0.5,) * 3,
+    )
     path = sorted((REPO / "data/fashion-mnist-mini/train/sneaker").glob("*.png"))[0]
     image = Image.open(path).convert("RGB")
     for seed in range(8):
@@ -153,15 +164,15 @@ def test_a_finished_run_skips_teardown_but_keeps_exit_guarantees(tmp_path: Path,
     script = f"""
 import atexit, threading, time
 import torch
-from vtools.errors import run_cli
+from vtools.cli.runner import run_cli
 atexit.register(lambda: print("exit handler ran"))
 def late_write():
     time.sleep(0.3)
     open({str(tmp_path / "late.txt")!r}, "w").write("done")
 threading.Thread(target=late_write).start()
-from vtools import data as vdata
+from vtools.data.loaders import make_loader
 samples = [(torch.zeros(2, dtype=torch.uint8), 0, i) for i in range(64)]
-live = iter(vdata.make_loader(samples, 4, torch.device("cpu"), workers=1))
+live = iter(make_loader(samples, 4, torch.device("cpu"), workers=1))
 next(live)
 print("results", end="")
 {ending}

@@ -16,13 +16,13 @@ import timm
 import torch
 from torch.utils.data import Dataset
 
-import train
 from tests.conftest import load_emulated_npu
-from vtools import data as vdata
-from vtools import recipe
-from vtools.amp import resolve_amp
-from vtools.engine import evaluate, predict
-from vtools.training import TrainComponents, train_one_epoch
+from vtools.commands import train
+from vtools.data.loaders import DeviceLoader, make_loader
+from vtools.evaluation.loops import evaluate, predict
+from vtools.runtime.amp import resolve_amp
+from vtools.train import recipe
+from vtools.train.loop import TrainComponents, train_one_epoch
 
 load_emulated_npu()
 
@@ -49,9 +49,9 @@ class RandomImages(Dataset):
         return self.images[index], self.labels[index], index
 
 
-def device_loader(batches: int) -> vdata.DeviceLoader:
-    loader = vdata.make_loader(RandomImages(batches * BATCH), BATCH, NPU, workers=0, drop_last=True)
-    return vdata.DeviceLoader(loader, NPU, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+def device_loader(batches: int) -> DeviceLoader:
+    loader = make_loader(RandomImages(batches * BATCH), BATCH, NPU, workers=0, drop_last=True)
+    return DeviceLoader(loader, NPU, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
 
 
 def syncs(run: Callable[[], object]) -> int:
@@ -69,21 +69,47 @@ def recipe_components(extra: list[str]) -> TrainComponents:
     optimizer = recipe.build_optimizer(model, args, args.lr)
     mixup = recipe.build_mixup(args, CLASSES)
     scheduler, _ = recipe.build_scheduler(optimizer, args, updates_per_epoch=8)
-    return TrainComponents(model=model, optimizer=optimizer, loss_fn=recipe.build_train_loss(args, mixup is not None),
-                           amp=resolve_amp(NPU, args.amp), device=NPU, scaler=None, scheduler=scheduler,
-                           mixup=mixup, ema=recipe.build_ema(model, args), clip_grad=args.clip_grad,
-                           grad_accum_steps=args.grad_accum_steps)
+    return TrainComponents(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=recipe.build_train_loss(args, mixup is not None),
+        amp=resolve_amp(NPU, args.amp),
+        device=NPU,
+        scaler=None,
+        scheduler=scheduler,
+        mixup=mixup,
+        ema=recipe.build_ema(model, args),
+        clip_grad=args.clip_grad,
+        grad_accum_steps=args.grad_accum_steps,
+    )
 
 
-@pytest.mark.parametrize("extra", [
-    [],
-    ["--mixup", "0.2", "--model-ema", "--clip-grad", "1.0", "--grad-accum-steps", "2", "--sched-on-updates",
-     "--amp", "--amp-dtype", "bfloat16"],
-], ids=["plain", "mixup-ema-clip-accum-bf16"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        [
+            "--mixup",
+            "0.2",
+            "--model-ema",
+            "--clip-grad",
+            "1.0",
+            "--grad-accum-steps",
+            "2",
+            "--sched-on-updates",
+            "--amp",
+            "--amp-dtype",
+            "bfloat16",
+        ],
+    ],
+    ids=["plain", "mixup-ema-clip-accum-bf16"],
+)
 def test_training_epoch_makes_no_per_batch_syncs(extra: list[str]) -> None:
     parts = recipe_components(extra)
-    counts = [syncs(lambda n=n: train_one_epoch(parts, device_loader(n), 0, 0, log_interval=100,
-                                                 show_progress=False)) for n in (4, 8)]
+    counts = [
+        syncs(lambda n=n: train_one_epoch(parts, device_loader(n), 0, 0, log_interval=100, show_progress=False))
+        for n in (4, 8)
+    ]
     assert counts[0] == counts[1], counts
 
 
@@ -97,6 +123,7 @@ def test_validation_makes_no_per_batch_syncs() -> None:
 def test_inference_makes_no_per_batch_syncs() -> None:
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     amp = resolve_amp(NPU, False)
-    counts = [syncs(lambda n=n: list(predict(model, device_loader(n), amp, topk=3, show_progress=False)))
-              for n in (4, 8)]
+    counts = [
+        syncs(lambda n=n: list(predict(model, device_loader(n), amp, topk=3, show_progress=False))) for n in (4, 8)
+    ]
     assert counts[0] == counts[1], counts

@@ -13,11 +13,14 @@ import torch
 from tests.conftest import DEVICE_TYPES, REPO, SYNSETS, assert_usage_error, device_flags, run_script
 
 
-def run_inference(args: list[str], tmp_path: Path, formats: tuple[str, ...] = ("json",),
-                  env: dict | None = None) -> tuple[str, dict[str, Path]]:
+def run_inference(
+    args: list[str], tmp_path: Path, formats: tuple[str, ...] = ("json",), env: dict | None = None
+) -> tuple[str, dict[str, Path]]:
     out = tmp_path / "results"
-    proc = run_script(["inference.py", *args, "--results-dir", str(out), "--results-file", "preds",
-                       "--results-format", *formats], env=env)
+    proc = run_script(
+        ["inference.py", *args, "--results-dir", str(out), "--results-file", "preds", "--results-format", *formats],
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, {fmt: out / f"preds.{fmt}" for fmt in formats}
 
@@ -25,8 +28,20 @@ def run_inference(args: list[str], tmp_path: Path, formats: tuple[str, ...] = ("
 def test_devices_agree_and_match_the_model(synset_images: Path, imagenet_model_dir: Path, tmp_path: Path) -> None:
     rows_by_device = {}
     for device_type in DEVICE_TYPES:
-        _, files = run_inference([str(synset_images), *device_flags(device_type), "--model", str(imagenet_model_dir),
-                                  "--topk", "5", "--label-type", "name", "--include-index"], tmp_path / device_type)
+        _, files = run_inference(
+            [
+                str(synset_images),
+                *device_flags(device_type),
+                "--model",
+                str(imagenet_model_dir),
+                "--topk",
+                "5",
+                "--label-type",
+                "name",
+                "--include-index",
+            ],
+            tmp_path / device_type,
+        )
         rows_by_device[device_type] = json.loads(files["json"].read_text())
     cpu = rows_by_device["cpu"]
     assert len(cpu) == 12 and all(len(row["index"]) == 5 for row in cpu)
@@ -50,22 +65,50 @@ def test_devices_agree_and_match_the_model(synset_images: Path, imagenet_model_d
     assert first["prob"] == pytest.approx(top.values.tolist(), abs=1e-5)
 
 
-@pytest.mark.parametrize("label_type, expected", [
-    ("name", "n01440764"), ("description", "tench, Tinca tinca"), ("detail", "freshwater dace-like game fish")])
+@pytest.mark.parametrize(
+    "label_type, expected",
+    [("name", "n01440764"), ("description", "tench, Tinca tinca"), ("detail", "freshwater dace-like game fish")],
+)
 @pytest.mark.cpu_only(reason="label lookup is host-side; npu predictions: test_devices_agree_and_match_the_model")
-def test_imagenet_label_types(label_type: str, expected: str, synset_images: Path, imagenet_model_dir: Path,
-                              tmp_path: Path) -> None:
-    _, files = run_inference([str(synset_images), "--device", "cpu", "--model", str(imagenet_model_dir), "--topk",
-                              "1000", "--label-type", label_type], tmp_path)
+def test_imagenet_label_types(
+    label_type: str, expected: str, synset_images: Path, imagenet_model_dir: Path, tmp_path: Path
+) -> None:
+    _, files = run_inference(
+        [
+            str(synset_images),
+            "--device",
+            "cpu",
+            "--model",
+            str(imagenet_model_dir),
+            "--topk",
+            "1000",
+            "--label-type",
+            label_type,
+        ],
+        tmp_path,
+    )
     labels = json.loads(files["json"].read_text())[0]["label"]
     assert len(labels) == 1000 and any(expected in label for label in labels)
 
 
 @pytest.mark.cpu_only(reason="result formatting is host-side")
 def test_formats_parse_with_pandas(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    stdout, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir),
-                                   "--topk", "2", "--label-type", "name", "--fullname"], tmp_path,
-                                  formats=("csv", "json", "jsonl"))
+    stdout, files = run_inference(
+        [
+            str(custom_images),
+            "--device",
+            "cpu",
+            "--model",
+            str(custom_model_dir),
+            "--topk",
+            "2",
+            "--label-type",
+            "name",
+            "--fullname",
+        ],
+        tmp_path,
+        formats=("csv", "json", "jsonl"),
+    )
     table = pd.read_csv(files["csv"])
     assert list(table.columns) == ["filename", "label_1", "label_2", "prob_1", "prob_2"]
     assert len(table) == 12 and set(table["label_1"]) <= {"cat", "dog", "fox"}
@@ -78,9 +121,22 @@ def test_formats_parse_with_pandas(custom_images: Path, custom_model_dir: Path, 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_full_vector_logits(device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    _, files = run_inference([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
-                              "--topk", "0",
-                              "--output-type", "logit", "--label-type", "name"], tmp_path, formats=("csv",))
+    _, files = run_inference(
+        [
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            str(custom_model_dir),
+            "--topk",
+            "0",
+            "--output-type",
+            "logit",
+            "--label-type",
+            "name",
+        ],
+        tmp_path,
+        formats=("csv",),
+    )
     table = pd.read_csv(files["csv"])
     assert list(table.columns) == ["filename", "logit:cat", "logit:dog", "logit:fox"]
     assert not table[["logit:cat", "logit:dog", "logit:fox"]].sum(axis=1).round(4).eq(1.0).all()
@@ -138,8 +194,9 @@ def test_corrupt_image(device_type: str, custom_images: Path, custom_model_dir: 
     (folder / "good.png").write_bytes(good.read_bytes())
     (folder / "broken.png").write_bytes(good.read_bytes()[:100])
     _bad([str(folder), *device_flags(device_type), "--model", str(custom_model_dir)], tmp_path, "broken.png")
-    stdout, files = run_inference([str(folder), *device_flags(device_type), "--model", str(custom_model_dir),
-                                   "--on-bad-image", "skip"], tmp_path)
+    stdout, files = run_inference(
+        [str(folder), *device_flags(device_type), "--model", str(custom_model_dir), "--on-bad-image", "skip"], tmp_path
+    )
     assert [row["filename"] for row in json.loads(files["json"].read_text())] == ["good.png"]
     assert "1 unreadable skipped" in stdout
 
@@ -156,11 +213,23 @@ def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.cpu_only(reason="where results are written is host-side")
-def test_results_land_in_the_current_folder_by_default(custom_images: Path, custom_model_dir: Path,
-                                                      tmp_path: Path) -> None:
+def test_results_land_in_the_current_folder_by_default(
+    custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
     """Like timm's inference.py: without --results-dir/--results-file the predictions are still saved."""
-    proc = run_script([str(REPO / "inference.py"), str(custom_images), "--device", "cpu", "--model",
-                       str(custom_model_dir), "--topk", "2"], cwd=tmp_path)
+    proc = run_script(
+        [
+            str(REPO / "inference.py"),
+            str(custom_images),
+            "--device",
+            "cpu",
+            "--model",
+            str(custom_model_dir),
+            "--topk",
+            "2",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "results written to model-topk2.csv" in proc.stdout
     assert len(pd.read_csv(tmp_path / "model-topk2.csv")) == 12
@@ -168,7 +237,8 @@ def test_results_land_in_the_current_folder_by_default(custom_images: Path, cust
 
 @pytest.mark.cpu_only(reason="console output is host-side")
 def test_no_console_results(custom_images: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    stdout, files = run_inference([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir),
-                                   "--no-console-results"], tmp_path)
+    stdout, files = run_inference(
+        [str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--no-console-results"], tmp_path
+    )
     assert "filename" not in stdout and "12 images classified" in stdout
     assert len(json.loads(files["json"].read_text())) == 12

@@ -6,7 +6,7 @@ import timm
 import torch
 
 from tests.conftest import load_emulated_npu
-from vtools.models import is_convnet, use_channels_last
+from vtools.models.prepare import is_convnet, use_channels_last
 
 
 def test_channels_last_defaults() -> None:

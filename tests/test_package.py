@@ -25,13 +25,26 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("install")
     source = root / "source"
     shutil.copytree(REPO / "vtools", source / "vtools", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "requirements.txt", "requirements-hf.txt",
-                 "requirements-deploy.txt"):
+    for name in ("pyproject.toml", "README.md", "requirements.txt", "requirements-hf.txt", "requirements-deploy.txt"):
         shutil.copy(REPO / name, source / name)
     env = root / "env"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q",
-                           "--no-deps", "--no-build-isolation", str(source)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(env / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return env
 
@@ -44,19 +57,35 @@ def _run(env: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_commands_work_from_any_folder(installed: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = _run(installed, [str(installed / "bin" / "python"), "-c", "import vtools; print(vtools.__file__)"],
-                 elsewhere)
+    where = _run(
+        installed, [str(installed / "bin" / "python"), "-c", "import vtools; print(vtools.__file__)"], elsewhere
+    )
     assert str(installed) in where.stdout, where.stdout  # the installed copy, not the checkout
-    for command in ([str(installed / "bin" / "vtools"), "env"], [str(installed / "bin" / "python"), "-m", "vtools",
-                                                                 "env"]):
+    for command in (
+        [str(installed / "bin" / "vtools"), "env"],
+        [str(installed / "bin" / "python"), "-m", "vtools", "env"],
+    ):
         proc = _run(installed, command, elsewhere)
         assert proc.returncode == 0, proc.stderr
         assert "device: cpu" in proc.stdout and "torch: " in proc.stdout
     classes = sorted(p.name for p in SHIPPED_VAL.iterdir())
     model = write_model_folder(tmp_path / "model", len(classes), classes)
     results = elsewhere / "results.csv"
-    validated = _run(installed, [str(installed / "bin" / "vtools"), "validate", str(SHIPPED_VAL), "--model",
-                                 str(model), "--device", "cpu", "--results-file", str(results)], elsewhere)
+    validated = _run(
+        installed,
+        [
+            str(installed / "bin" / "vtools"),
+            "validate",
+            str(SHIPPED_VAL),
+            "--model",
+            str(model),
+            "--device",
+            "cpu",
+            "--results-file",
+            str(results),
+        ],
+        elsewhere,
+    )
     assert validated.returncode == 0, validated.stderr
     assert "on 300 images" in validated.stdout and results.is_file()
 

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (DEVICE_TYPES, REPO, assert_usage_error, device_flags, run_script, train_args,
-                            write_model_folder)
+from tests.conftest import (
+    DEVICE_TYPES,
+    REPO,
+    assert_usage_error,
+    device_flags,
+    run_script,
+    train_args,
+    write_model_folder,
+)
 
 SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
 
@@ -28,8 +35,20 @@ def _check_trace(trace: Path, stdout: str, device_type: str, steps: int) -> None
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_train_profile(device_type: str, fashion4: Path, tmp_path: Path) -> None:
-    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags(device_type), "--epochs", "1",
-                                 "--batch-size", "16", "--profile", "3"))
+    proc = run_script(
+        train_args(
+            fashion4,
+            tmp_path,
+            "run",
+            *device_flags(device_type),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--profile",
+            "3",
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     _check_trace(tmp_path / "run" / "profile-train.pt.trace.json", proc.stdout, device_type, 3)
 
@@ -42,8 +61,16 @@ def shipped_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_validate_and_inference_profile(device_type: str, shipped_model: Path, tmp_path: Path) -> None:
-    common = [str(SHIPPED_VAL), "--model", str(shipped_model), *device_flags(device_type), "--batch-size", "32",
-              "--profile", "2"]
+    common = [
+        str(SHIPPED_VAL),
+        "--model",
+        str(shipped_model),
+        *device_flags(device_type),
+        "--batch-size",
+        "32",
+        "--profile",
+        "2",
+    ]
     validated = run_script(["validate.py", *common, "--results-file", str(tmp_path / "v" / "r.csv")])
     assert validated.returncode == 0, validated.stderr
     _check_trace(tmp_path / "v" / "profile-validate-model.pt.trace.json", validated.stdout, device_type, 2)
@@ -54,8 +81,10 @@ def test_validate_and_inference_profile(device_type: str, shipped_model: Path, t
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_negative_profile_is_refused() -> None:
-    assert_usage_error(run_script(["validate.py", str(SHIPPED_VAL), "--model", "test_resnet", "--profile", "-1"]),
-                       "--profile must be 0 (off) or a number of steps")
+    assert_usage_error(
+        run_script(["validate.py", str(SHIPPED_VAL), "--model", "test_resnet", "--profile", "-1"]),
+        "--profile must be 0 (off) or a number of steps",
+    )
 
 
 STAND_IN_PROFILER = """# Stand-in for torch_npu.profiler: its API (profile, schedule, ProfilerActivity.CPU/NPU,
@@ -86,9 +115,12 @@ def test_npu_uses_the_backend_profiler_named_in_the_device_table(fashion4: Path,
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "profiler.py").write_text(STAND_IN_PROFILER)
-    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags("npu"), "--epochs", "1",
-                                 "--batch-size", "16", "--profile", "3"),
-                      env={"PYTHONPATH": f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}"})
+    proc = run_script(
+        train_args(
+            fashion4, tmp_path, "run", *device_flags("npu"), "--epochs", "1", "--batch-size", "16", "--profile", "3"
+        ),
+        env={"PYTHONPATH": f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}"},
+    )
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "run" / "profile-train"
     assert f"profile of 3 steps after 2 warm-up by torch_npu.profiler: {folder}" in proc.stdout

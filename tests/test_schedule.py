@@ -21,8 +21,8 @@ import torch
 import yaml
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
-import train
 from tests.conftest import DEVICE_TYPES, REPO, device_flags, run_script
+from vtools.commands import train
 
 CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
 TRAIN_PER_CLASS, BATCH = 2, 2
@@ -43,37 +43,167 @@ def tiny_fashion(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 CASES = {
     "cosine-warmup": ["--sched", "cosine", "--epochs", "6", "--warmup-epochs", "2", "--min-lr", "1e-4"],
-    "cosine-prefix-cooldown": ["--sched", "cosine", "--epochs", "4", "--warmup-epochs", "2", "--warmup-prefix",
-                               "--cooldown-epochs", "2", "--min-lr", "1e-4"],
-    "cosine-cycles": ["--sched", "cosine", "--epochs", "3", "--warmup-epochs", "1", "--lr-cycle-limit", "2",
-                      "--lr-cycle-mul", "1.5", "--lr-cycle-decay", "0.5", "--cooldown-epochs", "1"],
+    "cosine-prefix-cooldown": [
+        "--sched",
+        "cosine",
+        "--epochs",
+        "4",
+        "--warmup-epochs",
+        "2",
+        "--warmup-prefix",
+        "--cooldown-epochs",
+        "2",
+        "--min-lr",
+        "1e-4",
+    ],
+    "cosine-cycles": [
+        "--sched",
+        "cosine",
+        "--epochs",
+        "3",
+        "--warmup-epochs",
+        "1",
+        "--lr-cycle-limit",
+        "2",
+        "--lr-cycle-mul",
+        "1.5",
+        "--lr-cycle-decay",
+        "0.5",
+        "--cooldown-epochs",
+        "1",
+    ],
     "cosine-noise": ["--sched", "cosine", "--epochs", "6", "--warmup-epochs", "0", "--lr-noise", "0.3", "0.8"],
     "tanh": ["--sched", "tanh", "--epochs", "5", "--warmup-epochs", "1", "--cooldown-epochs", "1"],
-    "step": ["--sched", "step", "--epochs", "6", "--warmup-epochs", "1", "--decay-epochs", "2",
-             "--decay-rate", "0.5"],
-    "multistep-prefix": ["--sched", "multistep", "--epochs", "5", "--warmup-epochs", "1", "--warmup-prefix",
-                         "--decay-milestones", "2", "4", "--decay-rate", "0.5"],
-    "plateau-top1": ["--sched", "plateau", "--epochs", "6", "--warmup-epochs", "1", "--patience-epochs", "0",
-                     "--decay-rate", "0.5"],
-    "plateau-top5-val-interval": ["--sched", "plateau", "--epochs", "7", "--warmup-epochs", "1",
-                                  "--patience-epochs", "0", "--decay-rate", "0.5", "--eval-metric", "top5",
-                                  "--val-interval", "2"],  # top-5 of 4 classes never improves: decays
-    "plateau-loss": ["--sched", "plateau", "--epochs", "6", "--warmup-epochs", "1", "--patience-epochs", "0",
-                     "--decay-rate", "0.5", "--eval-metric", "loss"],  # a falling loss must not decay
-    "poly-cooldown": ["--sched", "poly", "--epochs", "5", "--warmup-epochs", "1", "--decay-rate", "2",
-                      "--cooldown-epochs", "2", "--min-lr", "1e-4"],
+    "step": ["--sched", "step", "--epochs", "6", "--warmup-epochs", "1", "--decay-epochs", "2", "--decay-rate", "0.5"],
+    "multistep-prefix": [
+        "--sched",
+        "multistep",
+        "--epochs",
+        "5",
+        "--warmup-epochs",
+        "1",
+        "--warmup-prefix",
+        "--decay-milestones",
+        "2",
+        "4",
+        "--decay-rate",
+        "0.5",
+    ],
+    "plateau-top1": [
+        "--sched",
+        "plateau",
+        "--epochs",
+        "6",
+        "--warmup-epochs",
+        "1",
+        "--patience-epochs",
+        "0",
+        "--decay-rate",
+        "0.5",
+    ],
+    "plateau-top5-val-interval": [
+        "--sched",
+        "plateau",
+        "--epochs",
+        "7",
+        "--warmup-epochs",
+        "1",
+        "--patience-epochs",
+        "0",
+        "--decay-rate",
+        "0.5",
+        "--eval-metric",
+        "top5",
+        "--val-interval",
+        "2",
+    ],  # top-5 of 4 classes never improves: decays
+    "plateau-loss": [
+        "--sched",
+        "plateau",
+        "--epochs",
+        "6",
+        "--warmup-epochs",
+        "1",
+        "--patience-epochs",
+        "0",
+        "--decay-rate",
+        "0.5",
+        "--eval-metric",
+        "loss",
+    ],  # a falling loss must not decay
+    "poly-cooldown": [
+        "--sched",
+        "poly",
+        "--epochs",
+        "5",
+        "--warmup-epochs",
+        "1",
+        "--decay-rate",
+        "2",
+        "--cooldown-epochs",
+        "2",
+        "--min-lr",
+        "1e-4",
+    ],
     "wsd": ["--sched", "wsd", "--epochs", "5", "--warmup-epochs", "1", "--decay-epochs", "2"],
-    "cosine-on-updates": ["--sched", "cosine", "--sched-on-updates", "--epochs", "4", "--warmup-epochs", "1",
-                          "--cooldown-epochs", "1", "--min-lr", "1e-4"],
-    "step-on-updates-accum": ["--sched", "step", "--sched-on-updates", "--epochs", "4", "--warmup-epochs", "1",
-                              "--decay-epochs", "1", "--decay-rate", "0.7", "--grad-accum-steps", "3"],
+    "cosine-on-updates": [
+        "--sched",
+        "cosine",
+        "--sched-on-updates",
+        "--epochs",
+        "4",
+        "--warmup-epochs",
+        "1",
+        "--cooldown-epochs",
+        "1",
+        "--min-lr",
+        "1e-4",
+    ],
+    "step-on-updates-accum": [
+        "--sched",
+        "step",
+        "--sched-on-updates",
+        "--epochs",
+        "4",
+        "--warmup-epochs",
+        "1",
+        "--decay-epochs",
+        "1",
+        "--decay-rate",
+        "0.7",
+        "--grad-accum-steps",
+        "3",
+    ],
 }
 
 
 def run_args(data: Path, out: Path, device_type: str, extra: list[str]) -> list[str]:
-    return ["--data-dir", str(data), "--model", "test_resnet", "--img-size", "32", "--batch-size", str(BATCH),
-            "--lr", "0.05", "--opt", "sgd", "--workers", "0", "--checkpoint-hist", "0", "--log-interval", "2",
-            "--output", str(out), "--experiment", "run", *device_flags(device_type), *extra]
+    return [
+        "--data-dir",
+        str(data),
+        "--model",
+        "test_resnet",
+        "--img-size",
+        "32",
+        "--batch-size",
+        str(BATCH),
+        "--lr",
+        "0.05",
+        "--opt",
+        "sgd",
+        "--workers",
+        "0",
+        "--checkpoint-hist",
+        "0",
+        "--log-interval",
+        "2",
+        "--output",
+        str(out),
+        "--experiment",
+        "run",
+        *device_flags(device_type),
+        *extra,
+    ]
 
 
 def train_in_process(data: Path, out: Path, extra: list[str]) -> Path:
@@ -99,8 +229,10 @@ def timm_lrs_and_epochs(run: Path, updates_per_epoch: int) -> list[float]:
     metrics = {int(row["epoch"]): float(row[metric_column]) for row in rows if row[metric_column] != ""}
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.lr)
     scheduler, num_epochs = create_scheduler_v2(
-        optimizer, **scheduler_kwargs(args, decreasing_metric=args.eval_metric == "loss"),
-        updates_per_epoch=updates_per_epoch)
+        optimizer,
+        **scheduler_kwargs(args, decreasing_metric=args.eval_metric == "loss"),
+        updates_per_epoch=updates_per_epoch,
+    )
     lrs, num_updates = [], 0
     for epoch in range(num_epochs):
         for _ in range(updates_per_epoch):
@@ -129,7 +261,8 @@ def check_against_timm(run: Path, accum: int = 1) -> list[float]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.cpu_only(
-    reason="the schedule is host arithmetic; test_schedule_matches_timm_on_device runs the loop on every device")
+    reason="the schedule is host arithmetic; test_schedule_matches_timm_on_device runs the loop on every device"
+)
 def test_schedule_matches_timm(case: str, tiny_fashion: Path, tmp_path: Path) -> None:
     """cpu only: the schedule is host arithmetic; the npu runs of the same loop follow below."""
     extra = CASES[case]
@@ -151,11 +284,26 @@ def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -
     """Top-5 of 4 classes never improves, so with patience 2 the rate halves every third epoch. Resumed
     after epoch 2, two bad epochs into its patience, the run must decay when the uninterrupted one does:
     timm's plateau state alone forgets the count."""
-    plateau = ["--sched", "plateau", "--epochs", "7", "--warmup-epochs", "0", "--patience-epochs", "2",
-               "--decay-rate", "0.5", "--eval-metric", "top5", "--checkpoint-hist", "10"]
+    plateau = [
+        "--sched",
+        "plateau",
+        "--epochs",
+        "7",
+        "--warmup-epochs",
+        "0",
+        "--patience-epochs",
+        "2",
+        "--decay-rate",
+        "0.5",
+        "--eval-metric",
+        "top5",
+        "--checkpoint-hist",
+        "10",
+    ]
     full = train_in_process(tiny_fashion, tmp_path / "full", plateau)
-    resumed = train_in_process(tiny_fashion, tmp_path / "resumed",
-                               [*plateau, "--resume", str(full / "checkpoint-2.pth.tar")])
+    resumed = train_in_process(
+        tiny_fashion, tmp_path / "resumed", [*plateau, "--resume", str(full / "checkpoint-2.pth.tar")]
+    )
     expected = [float(row["lr"]) for row in read_rows(full)]
     assert len(set(expected)) > 1
     assert [float(row["lr"]) for row in read_rows(resumed)][3:] == expected[3:]
@@ -165,11 +313,28 @@ def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -
 def test_val_interval_skips_validation_but_not_the_last_epoch(tiny_fashion: Path, tmp_path: Path) -> None:
     import pandas as pd
 
-    run = train_in_process(tiny_fashion, tmp_path, ["--sched", "cosine", "--epochs", "5", "--warmup-epochs", "0",
-                                                    "--val-interval", "2", "--checkpoint-hist", "10"])
+    run = train_in_process(
+        tiny_fashion,
+        tmp_path,
+        [
+            "--sched",
+            "cosine",
+            "--epochs",
+            "5",
+            "--warmup-epochs",
+            "0",
+            "--val-interval",
+            "2",
+            "--checkpoint-hist",
+            "10",
+        ],
+    )
     table = pd.read_csv(run / "summary.csv")
     assert table["epoch"].tolist() == [0, 1, 2, 3, 4]
     assert table["eval_top1"].isna().tolist() == [True, False, True, False, False]
     assert sorted(p.name for p in run.glob("checkpoint-*.pth.tar")) == [
-        "checkpoint-1.pth.tar", "checkpoint-3.pth.tar", "checkpoint-4.pth.tar"]
+        "checkpoint-1.pth.tar",
+        "checkpoint-3.pth.tar",
+        "checkpoint-4.pth.tar",
+    ]
     assert torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)["epoch"] == 5

@@ -14,7 +14,7 @@ DEVICE_SPECIFIC = re.compile(r"torch\.(cuda|npu)\b|torch_npu")
 
 
 def _allowed(relative: str) -> bool:
-    return relative.startswith("tests/") or re.fullmatch(r"vtools/device[^/]*\.py", relative) is not None
+    return relative.startswith("tests/") or re.fullmatch(r"vtools/runtime/device[^/]*\.py", relative) is not None
 
 
 def test_no_device_specific_names_outside_device_module() -> None:
@@ -26,7 +26,7 @@ def test_no_device_specific_names_outside_device_module() -> None:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if DEVICE_SPECIFIC.search(line):
                 offenders.append(f"{relative}:{number}: {line.strip()}")
-    assert not offenders, "device-specific names outside vtools/device*.py:\n" + "\n".join(offenders)
+    assert not offenders, "device-specific names outside vtools/runtime/device*.py:\n" + "\n".join(offenders)
 
 
 def test_the_rule_catches_a_leak(tmp_path) -> None:
@@ -34,14 +34,18 @@ def test_the_rule_catches_a_leak(tmp_path) -> None:
     for leak in ("torch.cuda.synchronize()", "import torch_npu", "torch.npu.set_device(0)"):
         assert DEVICE_SPECIFIC.search(leak)
     assert not DEVICE_SPECIFIC.search("torch.accelerator.synchronize()")
-    assert not _allowed("vtools/engine.py") and _allowed("vtools/device.py") and _allowed("tests/x.py")
+    assert (
+        not _allowed("vtools/evaluation/loops.py") and _allowed("vtools/runtime/device.py") and _allowed("tests/x.py")
+    )
 
 
 @pytest.mark.cpu_only(reason="checks imports; runs nothing on a device")
 def test_importing_vtools_never_imports_torch_npu() -> None:
     from tests.conftest import run_script
 
-    probe = "import sys, vtools, vtools.device, vtools.amp, vtools.cli; print('torch_npu' in sys.modules)"
+    probe = (
+        "import sys, vtools, vtools.runtime.device, vtools.runtime.amp, vtools.cli; print('torch_npu' in sys.modules)"
+    )
     proc = run_script(["-c", probe], env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
@@ -93,8 +97,11 @@ def uncovered_device_tests(root: Path) -> list[str]:
         while changed:  # helpers that reach a device, transitively
             changed = False
             for name, function in functions.items():
-                if not name.startswith("test_") and name not in device_facing \
-                        and _called_names(function) & device_facing:
+                if (
+                    not name.startswith("test_")
+                    and name not in device_facing
+                    and _called_names(function) & device_facing
+                ):
                     device_facing.add(name)
                     changed = True
         module_markers = _module_markers(tree)
@@ -110,9 +117,10 @@ def uncovered_device_tests(root: Path) -> list[str]:
 
 def test_device_facing_tests_run_on_every_device() -> None:
     offenders = uncovered_device_tests(REPO / "tests")
-    assert not offenders, ("device-facing tests that run on one device type without saying why "
-                           "(parametrize over DEVICE_TYPES, or mark cpu_only/npu_only with a reason):\n"
-                           + "\n".join(offenders))
+    assert not offenders, (
+        "device-facing tests that run on one device type without saying why "
+        "(parametrize over DEVICE_TYPES, or mark cpu_only/npu_only with a reason):\n" + "\n".join(offenders)
+    )
 
 
 def test_the_coverage_rule_catches_a_cpu_only_test(tmp_path: Path) -> None:
@@ -123,5 +131,6 @@ def test_the_coverage_rule_catches_a_cpu_only_test(tmp_path: Path) -> None:
         "@pytest.mark.cpu_only(reason='input checks happen before any device work')\n"
         "def test_said():\n    _train('--device cpu')\n"
         "def test_param(device_type):\n    _train(device_type)\n"
-        "def test_pure():\n    assert 1 + 1 == 2\n")
+        "def test_pure():\n    assert 1 + 1 == 2\n"
+    )
     assert uncovered_device_tests(tmp_path) == ["test_example.py::test_silent"]

@@ -20,8 +20,18 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import (DEVICE_TYPES, REPO, assert_same_weights, assert_usage_error, device_flags, run_script,
-                            summary, train_args, weights, write_model_folder)
+from tests.conftest import (
+    DEVICE_TYPES,
+    REPO,
+    assert_same_weights,
+    assert_usage_error,
+    device_flags,
+    run_script,
+    summary,
+    train_args,
+    weights,
+    write_model_folder,
+)
 
 FORMATS = {"wds": "wds/fashion4", "parquet": "hfds/fashion4"}
 
@@ -95,8 +105,11 @@ def test_max_side_resizes_and_bad_input_leaves_nothing(fashion4: Path, tmp_path:
     proc = _convert(big.parent, tmp_path / "out", "--max-side", "100")
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(tmp_path / "out" / "out-train-000000.tar") as tar:
-        sizes = {m.name.rsplit(".", 1)[1]: Image.open(io.BytesIO(tar.extractfile(m).read())).size
-                 for m in tar.getmembers() if m.name.endswith((".jpg", ".png"))}
+        sizes = {
+            m.name.rsplit(".", 1)[1]: Image.open(io.BytesIO(tar.extractfile(m).read())).size
+            for m in tar.getmembers()
+            if m.name.endswith((".jpg", ".png"))
+        }
     assert sizes == {"jpg": (100, 50), "png": (50, 80)}  # only the large one re-encoded
 
     (big / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
@@ -111,14 +124,26 @@ def test_max_side_resizes_and_bad_input_leaves_nothing(fashion4: Path, tmp_path:
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_validate_gives_the_folder_numbers(device_type: str, fashion4: Path, stores: dict[str, Path],
-                                           tmp_path: Path) -> None:
+def test_validate_gives_the_folder_numbers(
+    device_type: str, fashion4: Path, stores: dict[str, Path], tmp_path: Path
+) -> None:
     model = _model_folder(fashion4, tmp_path / "model", seed=3)
     rows = {}
     for kind in ("folder", "wds", "parquet"):
         results = tmp_path / f"{kind}.json"
-        proc = run_script(["validate.py", *_source_flags(kind, stores, fashion4), "--model", str(model),
-                           *device_flags(device_type), "--results-file", str(results), "--results-format", "json"])
+        proc = run_script(
+            [
+                "validate.py",
+                *_source_flags(kind, stores, fashion4),
+                "--model",
+                str(model),
+                *device_flags(device_type),
+                "--results-file",
+                str(results),
+                "--results-format",
+                "json",
+            ]
+        )
         assert proc.returncode == 0, proc.stderr
         rows[kind] = json.loads(results.read_text())[0]
     for kind in ("wds", "parquet"):
@@ -128,13 +153,23 @@ def test_validate_gives_the_folder_numbers(device_type: str, fashion4: Path, sto
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_training_curve_is_the_folder_curve(device_type: str, fashion4: Path, stores: dict[str, Path],
-                                            tmp_path: Path) -> None:
+def test_training_curve_is_the_folder_curve(
+    device_type: str, fashion4: Path, stores: dict[str, Path], tmp_path: Path
+) -> None:
     """Same seed, same order, same augmentation: shards and tables give the folder's run exactly."""
     runs = {}
     for kind in ("folder", "wds", "parquet"):
-        proc = run_script(train_args(Path("unused"), tmp_path, kind, *device_flags(device_type), "--epochs", "2",
-                                     *_source_flags(kind, stores, fashion4)))
+        proc = run_script(
+            train_args(
+                Path("unused"),
+                tmp_path,
+                kind,
+                *device_flags(device_type),
+                "--epochs",
+                "2",
+                *_source_flags(kind, stores, fashion4),
+            )
+        )
         assert proc.returncode == 0, proc.stderr
         runs[kind] = summary(tmp_path / kind)
     for kind in ("wds", "parquet"):
@@ -145,20 +180,35 @@ def test_training_curve_is_the_folder_curve(device_type: str, fashion4: Path, st
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_inference_predicts_the_same_labels(device_type: str, fashion4: Path, stores: dict[str, Path],
-                                            tmp_path: Path) -> None:
+def test_inference_predicts_the_same_labels(
+    device_type: str, fashion4: Path, stores: dict[str, Path], tmp_path: Path
+) -> None:
     model = _model_folder(fashion4, tmp_path / "model", seed=4)
     predictions = {}
-    for kind, flags in (("folder", [str(fashion4 / "val")]),
-                        ("wds", ["--dataset", FORMATS["wds"], "--data-dir", str(stores["wds"])])):
+    for kind, flags in (
+        ("folder", [str(fashion4 / "val")]),
+        ("wds", ["--dataset", FORMATS["wds"], "--data-dir", str(stores["wds"])]),
+    ):
         out = tmp_path / f"{kind}.csv"
-        proc = run_script(["inference.py", *flags, "--model", str(model), "--topk", "3", *device_flags(device_type),
-                           "--results-file", str(out)])
+        proc = run_script(
+            [
+                "inference.py",
+                *flags,
+                "--model",
+                str(model),
+                "--topk",
+                "3",
+                *device_flags(device_type),
+                "--results-file",
+                str(out),
+            ]
+        )
         assert proc.returncode == 0, proc.stderr
         predictions[kind] = out.read_text().splitlines()[1:]
     # the folder is listed class by class in sorted order, as the converter wrote it
-    assert [row.split(",", 1)[1] for row in predictions["wds"]] == [row.split(",", 1)[1]
-                                                                     for row in predictions["folder"]]
+    assert [row.split(",", 1)[1] for row in predictions["wds"]] == [
+        row.split(",", 1)[1] for row in predictions["folder"]
+    ]
     assert predictions["wds"][0].startswith("fashion4-validation-000000.tar:000000000,")
 
 
@@ -182,23 +232,39 @@ def _timm_published_shards(synset_images: Path, root: Path) -> Path:
     filenames, lengths = [], []
     for shard, start in enumerate(range(0, len(samples), 5)):
         filenames.append(f"imagenet1k-validation-{shard:02d}.tar")
-        chunk = samples[start:start + 5]
+        chunk = samples[start : start + 5]
         lengths.append(len(chunk))
         with TarWriter(str(root / filenames[-1])) as writer:
             for path, label in chunk:
                 image = io.BytesIO()
                 Image.open(path).convert("RGB").save(image, format="JPEG", quality=95)
-                writer.write({"__key__": path.stem, "jpg": image.getvalue(), "cls": str(label).encode(),
-                              "json": json.dumps({"filename": path.stem + ".JPEG", "label": label}).encode()})
-    info = {"name": "imagenet-1k", "splits": {"validation": {
-        "name": "validation", "num_samples": len(samples), "filenames": filenames, "shard_lengths": lengths}}}
+                writer.write(
+                    {
+                        "__key__": path.stem,
+                        "jpg": image.getvalue(),
+                        "cls": str(label).encode(),
+                        "json": json.dumps({"filename": path.stem + ".JPEG", "label": label}).encode(),
+                    }
+                )
+    info = {
+        "name": "imagenet-1k",
+        "splits": {
+            "validation": {
+                "name": "validation",
+                "num_samples": len(samples),
+                "filenames": filenames,
+                "shard_lengths": lengths,
+            }
+        },
+    }
     (root / "_info.json").write_text(json.dumps(info))
     return root
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_timm_published_imagenet_shards_work_as_downloaded(device_type: str, synset_images: Path,
-                                                           imagenet_model_dir: Path, tmp_path: Path) -> None:
+def test_timm_published_imagenet_shards_work_as_downloaded(
+    device_type: str, synset_images: Path, imagenet_model_dir: Path, tmp_path: Path
+) -> None:
     shards = _timm_published_shards(synset_images, tmp_path / "imagenet-1k-wds")
     jpeg_folder = tmp_path / "folder"
     for path, _ in _imagenet_samples(synset_images):  # the same JPEG bytes as a folder, for the reference
@@ -210,20 +276,40 @@ def test_timm_published_imagenet_shards_work_as_downloaded(device_type: str, syn
                     synset = member.name.split("_")[0]
                     (jpeg_folder / synset / member.name).write_bytes(tar.extractfile(member).read())
     rows = {}
-    pattern = ["--dataset", "wds/imagenet-1k", "--data-dir", str(shards), "--split",
-               "imagenet1k-validation-{00..02}.tar"]
-    for kind, flags in (("folder", [str(jpeg_folder)]),
-                        ("wds", ["--dataset", "wds/imagenet-1k", "--data-dir", str(shards)]),
-                        *([("pattern", pattern)] if device_type == "cpu" else [])):  # naming shards: host-side
+    pattern = [
+        "--dataset",
+        "wds/imagenet-1k",
+        "--data-dir",
+        str(shards),
+        "--split",
+        "imagenet1k-validation-{00..02}.tar",
+    ]
+    for kind, flags in (
+        ("folder", [str(jpeg_folder)]),
+        ("wds", ["--dataset", "wds/imagenet-1k", "--data-dir", str(shards)]),
+        *([("pattern", pattern)] if device_type == "cpu" else []),
+    ):  # naming shards: host-side
         results = tmp_path / f"{kind}.json"
-        proc = run_script(["validate.py", *flags, "--model", str(imagenet_model_dir), *device_flags(device_type),
-                           "--results-file", str(results), "--results-format", "json"])
+        proc = run_script(
+            [
+                "validate.py",
+                *flags,
+                "--model",
+                str(imagenet_model_dir),
+                *device_flags(device_type),
+                "--results-file",
+                str(results),
+                "--results-format",
+                "json",
+            ]
+        )
         assert proc.returncode == 0, proc.stderr
         rows[kind] = json.loads(results.read_text())[0]
     assert rows["folder"]["samples"] == len(_imagenet_samples(synset_images))
     for kind in set(rows) - {"folder"}:
-        assert {k: rows[kind][k] for k in ("top1", "top5", "loss", "samples")} == \
-            {k: rows["folder"][k] for k in ("top1", "top5", "loss", "samples")}
+        assert {k: rows[kind][k] for k in ("top1", "top5", "loss", "samples")} == {
+            k: rows["folder"][k] for k in ("top1", "top5", "loss", "samples")
+        }
 
 
 @pytest.mark.cpu_only(reason="the layout is read on the host; device parity: test_validate_gives_the_folder_numbers")
@@ -243,11 +329,31 @@ def test_hugging_face_imagenet_parquet_works_as_downloaded(synset_images: Path, 
     root = tmp_path / "imagenet-1k"
     (root / "data").mkdir(parents=True)
     for split in ("train", "validation"):
-        table = datasets.Dataset.from_dict({"image": [{"bytes": p.read_bytes(), "path": p.name} for p, _ in samples],
-                                            "label": [label for _, label in samples]}, features=features)
+        table = datasets.Dataset.from_dict(
+            {
+                "image": [{"bytes": p.read_bytes(), "path": p.name} for p, _ in samples],
+                "label": [label for _, label in samples],
+            },
+            features=features,
+        )
         table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
-    proc = run_script(train_args(Path("unused"), tmp_path, "run", "--device", "cpu", "--epochs", "1",
-                                 "--batch-size", "4", "--dataset", "hfds/imagenet-1k", "--data-dir", str(tmp_path)))
+    proc = run_script(
+        train_args(
+            Path("unused"),
+            tmp_path,
+            "run",
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--dataset",
+            "hfds/imagenet-1k",
+            "--data-dir",
+            str(tmp_path),
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1000 classes" in proc.stdout
     label_names = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["label_names"]
@@ -259,12 +365,31 @@ def test_hugging_face_imagenet_parquet_works_as_downloaded(synset_images: Path, 
 
 @pytest.mark.cpu_only(reason="signal bookkeeping is host-side; exact npu resume: test_train.py")
 def test_sigterm_mid_epoch_on_shards_resumes_exactly(stores: dict[str, Path], tmp_path: Path) -> None:
-    common = ["--device", "cpu", "--epochs", "4", "--log-interval", "1", "--resume", "auto",
-              "--dataset", FORMATS["wds"], "--data-dir", str(stores["wds"])]
+    common = [
+        "--device",
+        "cpu",
+        "--epochs",
+        "4",
+        "--log-interval",
+        "1",
+        "--resume",
+        "auto",
+        "--dataset",
+        FORMATS["wds"],
+        "--data-dir",
+        str(stores["wds"]),
+    ]
     args = train_args(Path("unused"), tmp_path, "stopped", *common)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:
         if line.startswith("epoch 0:"):
             break
@@ -277,7 +402,9 @@ def test_sigterm_mid_epoch_on_shards_resumes_exactly(stores: dict[str, Path], tm
     assert resumed.returncode == 0, resumed.stderr
     reference = run_script(train_args(Path("unused"), tmp_path, "reference", *common))
     assert reference.returncode == 0, reference.stderr
-    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"), weights(tmp_path / "stopped" / "last.pth.tar"))
+    assert_same_weights(
+        weights(tmp_path / "reference" / "last.pth.tar"), weights(tmp_path / "stopped" / "last.pth.tar")
+    )
 
 
 @pytest.mark.cpu_only(reason="torchrun needs a collective backend: gloo on cpu; the emulator registers no hccl")
@@ -292,12 +419,35 @@ def test_torchrun_counts_each_shard_sample_once(fashion4: Path, tmp_path: Path) 
     val["shard_lengths"][-1] -= 1  # drop the last sample of the last shard, as a shorter split would
     val["num_samples"] -= 1
     (odd / "_info.json").write_text(json.dumps(info))
-    launched = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(_free_port()),
-                           *train_args(Path("unused"), tmp_path, "ddp", "--device", "cpu", "--epochs", "1",
-                                       "--dataset", "wds/odd", "--data-dir", str(odd),
-                                       "--validation-batch-size", "29")],
-                          env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    launched = run_script(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            *train_args(
+                Path("unused"),
+                tmp_path,
+                "ddp",
+                "--device",
+                "cpu",
+                "--epochs",
+                "1",
+                "--dataset",
+                "wds/odd",
+                "--data-dir",
+                str(odd),
+                "--validation-batch-size",
+                "29",
+            ),
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert int(summary(tmp_path / "ddp")[0]["eval_samples"]) == 59
 
@@ -324,21 +474,26 @@ def model4(tmp_path_factory: pytest.TempPathFactory, fashion4: Path) -> Path:
 def test_missing_shard(stores: dict[str, Path], model4: Path, tmp_path: Path) -> None:
     copy = _copy_store(stores, "wds", tmp_path)
     (copy / "fashion4-validation-000000.tar").unlink()
-    assert_usage_error(_validate(["--dataset", "wds/x", "--data-dir", str(copy)], model4),
-                       "1 of 1 shards of split 'validation' are missing", "fashion4-validation-000000.tar")
+    assert_usage_error(
+        _validate(["--dataset", "wds/x", "--data-dir", str(copy)], model4),
+        "1 of 1 shards of split 'validation' are missing",
+        "fashion4-validation-000000.tar",
+    )
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_truncated_shard_named_or_skipped(device_type: str, stores: dict[str, Path], model4: Path,
-                                          tmp_path: Path) -> None:
+def test_truncated_shard_named_or_skipped(
+    device_type: str, stores: dict[str, Path], model4: Path, tmp_path: Path
+) -> None:
     copy = _copy_store(stores, "wds", tmp_path)
     shard = copy / "fashion4-validation-000000.tar"
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     flags = ["--dataset", "wds/x", "--data-dir", str(copy), *device_flags(device_type)]
     assert_usage_error(_validate(flags, model4), "fashion4-validation-000000.tar")
     results = tmp_path / "skip.json"
-    skipped = _validate(flags, model4, "--on-bad-image", "skip", "--results-file", str(results),
-                        "--results-format", "json")
+    skipped = _validate(
+        flags, model4, "--on-bad-image", "skip", "--results-file", str(results), "--results-format", "json"
+    )
     assert skipped.returncode == 0, skipped.stderr
     row = json.loads(results.read_text())[0]
     assert row["skipped"] > 0 and row["samples"] + row["skipped"] == 60
@@ -355,46 +510,79 @@ def test_sample_without_label_and_undecodable_image(model4: Path, tmp_path: Path
     with TarWriter(str(folder / "x-validation-000000.tar")) as writer:
         writer.write({"__key__": "good", "png": png.getvalue(), "cls": b"1"})
         writer.write({"__key__": "nolabel", "png": png.getvalue()})
-    assert_usage_error(_validate(["--dataset", "wds/x", "--data-dir", str(folder)], model4),
-                       "x-validation-000000.tar:nolabel", "no label")
+    assert_usage_error(
+        _validate(["--dataset", "wds/x", "--data-dir", str(folder)], model4),
+        "x-validation-000000.tar:nolabel",
+        "no label",
+    )
     with TarWriter(str(folder / "x-validation-000000.tar")) as writer:
         writer.write({"__key__": "garbage", "png": b"not a png", "cls": b"1"})
-    assert_usage_error(_validate(["--dataset", "wds/x", "--data-dir", str(folder)], model4),
-                       "x-validation-000000.tar:garbage", "cannot read image")
+    assert_usage_error(
+        _validate(["--dataset", "wds/x", "--data-dir", str(folder)], model4),
+        "x-validation-000000.tar:garbage",
+        "cannot read image",
+    )
 
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_table_errors(stores: dict[str, Path], model4: Path, tmp_path: Path) -> None:
     """One case as the user meets it (one line, exit 2); the others through the registry, in this process."""
+    from vtools.data.readers.registry import SourceRequest, open_source
     from vtools.errors import UsageError
-    from vtools.sources import SourceRequest, open_source
 
     flags = ["--dataset", "hfds/fashion4", "--data-dir", str(stores["parquet"])]
-    assert_usage_error(_validate(flags, model4, "--input-key", "img"), "--input-key 'img' is not a column",
-                       "image, label")
-    cases = [(SourceRequest("hfds/fashion4", str(stores["parquet"]), "test"), ["test"]),
-             (SourceRequest("hfds/fashion4", str(tmp_path), "validation"), ["no local copy", "--dataset-download"]),
-             (SourceRequest("hfids/fashion4", str(tmp_path), "validation"),
-              ["streaming datasets are not supported", "exact resume"]),
-             (SourceRequest("tfds/x", str(tmp_path), "validation"), ["unknown kind"])]
+    assert_usage_error(
+        _validate(flags, model4, "--input-key", "img"), "--input-key 'img' is not a column", "image, label"
+    )
+    cases = [
+        (SourceRequest("hfds/fashion4", str(stores["parquet"]), "test"), ["test"]),
+        (SourceRequest("hfds/fashion4", str(tmp_path), "validation"), ["no local copy", "--dataset-download"]),
+        (
+            SourceRequest("hfids/fashion4", str(tmp_path), "validation"),
+            ["streaming datasets are not supported", "exact resume"],
+        ),
+        (SourceRequest("tfds/x", str(tmp_path), "validation"), ["unknown kind"]),
+    ]
     for request, fragments in cases:
         with pytest.raises(UsageError) as raised:
             open_source(request)
         for fragment in fragments:
             assert fragment in str(raised.value), (fragment, str(raised.value))
-    offline = run_script(["validate.py", "--dataset", "hfds/vtools-test/no-such-set", "--data-dir", str(tmp_path),
-                          "--dataset-download", "--model", str(model4), "--device", "cpu"],
-                         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    offline = run_script(
+        [
+            "validate.py",
+            "--dataset",
+            "hfds/vtools-test/no-such-set",
+            "--data-dir",
+            str(tmp_path),
+            "--dataset-download",
+            "--model",
+            str(model4),
+            "--device",
+            "cpu",
+        ],
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )
     assert_usage_error(offline, "could not get vtools-test/no-such-set from the Hub")
 
 
 @pytest.mark.cpu_only(reason="a missing optional package is an import-time matter")
-def test_missing_datasets_package_names_the_pip_command(stores: dict[str, Path], model4: Path,
-                                                        tmp_path: Path) -> None:
+def test_missing_datasets_package_names_the_pip_command(stores: dict[str, Path], model4: Path, tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "datasets"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named datasets')\n")
-    proc = run_script(["validate.py", "--dataset", "hfds/fashion4", "--data-dir", str(stores["parquet"]),
-                       "--model", str(model4), "--device", "cpu"],
-                      env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"})
+    proc = run_script(
+        [
+            "validate.py",
+            "--dataset",
+            "hfds/fashion4",
+            "--data-dir",
+            str(stores["parquet"]),
+            "--model",
+            str(model4),
+            "--device",
+            "cpu",
+        ],
+        env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"},
+    )
     assert_usage_error(proc, "needs the package datasets", "pip install -r requirements-hf.txt")

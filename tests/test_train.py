@@ -15,12 +15,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import (CLASSES, DEVICE_TYPES, REPO, SECOND_DEVICES, assert_one_line_error,
-                            assert_same_weights, assert_usage_error, device_flags, run_script, summary,
-                            train_args, weights)
+from tests.conftest import (
+    CLASSES,
+    DEVICE_TYPES,
+    REPO,
+    SECOND_DEVICES,
+    assert_one_line_error,
+    assert_same_weights,
+    assert_usage_error,
+    device_flags,
+    run_script,
+    summary,
+    train_args,
+    weights,
+)
 
-PRECISIONS = [(d, None) for d in DEVICE_TYPES + SECOND_DEVICES] + [(d, dt) for d in DEVICE_TYPES if d != "cpu"
-                                                  for dt in ("bfloat16", "float16")]
+PRECISIONS = [(d, None) for d in DEVICE_TYPES + SECOND_DEVICES] + [
+    (d, dt) for d in DEVICE_TYPES if d != "cpu" for dt in ("bfloat16", "float16")
+]
 
 
 @pytest.mark.parametrize("device_type, amp_dtype", PRECISIONS)
@@ -46,8 +58,20 @@ def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: P
     first = tmp_path / "first"
     best = max(summary(first), key=lambda r: float(r["eval_top1"]))
     results = tmp_path / "val.json"
-    proc = run_script(["validate.py", str(fashion4 / "val"), "--model", str(first / "model"), "--device", "cpu",
-                       "--results-file", str(results), "--results-format", "json"])
+    proc = run_script(
+        [
+            "validate.py",
+            str(fashion4 / "val"),
+            "--model",
+            str(first / "model"),
+            "--device",
+            "cpu",
+            "--results-file",
+            str(results),
+            "--results-format",
+            "json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     row = json.loads(results.read_text())[0]
     assert row["top1"] == pytest.approx(float(best["eval_top1"]), abs=1e-3)
@@ -58,17 +82,44 @@ def test_exported_folder_validates_and_config_reruns(fashion4: Path, tmp_path: P
     assert_same_weights(weights(first / "last.pth.tar"), weights(tmp_path / "again" / "last.pth.tar"))
 
 
-RECIPE = ["--epochs", "3", "--checkpoint-hist", "3", "--workers", "2", "--mixup", "0.2", "--cutmix", "0.5", "--reprob",
-          "0.25", "--aa", "rand-m5-mstd0.5", "--model-ema", "--model-ema-decay", "0.9", "--grad-accum-steps", "2",
-          "--clip-grad", "1.0", "--drop-path", "0.05", "--channels-last", "--sched-on-updates", "--log-interval", "3"]
+RECIPE = [
+    "--epochs",
+    "3",
+    "--checkpoint-hist",
+    "3",
+    "--workers",
+    "2",
+    "--mixup",
+    "0.2",
+    "--cutmix",
+    "0.5",
+    "--reprob",
+    "0.25",
+    "--aa",
+    "rand-m5-mstd0.5",
+    "--model-ema",
+    "--model-ema-decay",
+    "0.9",
+    "--grad-accum-steps",
+    "2",
+    "--clip-grad",
+    "1.0",
+    "--drop-path",
+    "0.05",
+    "--channels-last",
+    "--sched-on-updates",
+    "--log-interval",
+    "3",
+]
 
 
 RESUME_CASES = [(d, None) for d in DEVICE_TYPES] + [(d, "float16") for d in DEVICE_TYPES if d != "cpu"]
 
 
 @pytest.mark.parametrize("device_type, amp_dtype", RESUME_CASES)
-def test_resume_after_epoch_matches_uninterrupted(device_type: str, amp_dtype: str | None, fashion4: Path,
-                                                  tmp_path: Path) -> None:
+def test_resume_after_epoch_matches_uninterrupted(
+    device_type: str, amp_dtype: str | None, fashion4: Path, tmp_path: Path
+) -> None:
     """Stop after epoch 0, resume: the weights (and EMA) end identical, with the device's own random
     streams (drop-path and erasing draw on the device) and, in float16, the GradScaler's state restored.
     Three epochs, so that an epoch follows the resumed run's first validation (whose loader must not
@@ -77,19 +128,22 @@ def test_resume_after_epoch_matches_uninterrupted(device_type: str, amp_dtype: s
     proc = run_script(train_args(fashion4, tmp_path, "full", *recipe))
     assert proc.returncode == 0, proc.stderr
     full = tmp_path / "full"
-    proc = run_script(train_args(fashion4, tmp_path, "resumed", *recipe, "--resume",
-                                 str(full / "checkpoint-0.pth.tar")))
+    proc = run_script(
+        train_args(fashion4, tmp_path, "resumed", *recipe, "--resume", str(full / "checkpoint-0.pth.tar"))
+    )
     assert proc.returncode == 0, proc.stderr
     assert "resumed from" in proc.stdout
     resumed = tmp_path / "resumed"
     assert_same_weights(weights(full / "last.pth.tar"), weights(resumed / "last.pth.tar"))
-    assert_same_weights(weights(full / "last.pth.tar", "state_dict_ema"),
-                        weights(resumed / "last.pth.tar", "state_dict_ema"))
+    assert_same_weights(
+        weights(full / "last.pth.tar", "state_dict_ema"), weights(resumed / "last.pth.tar", "state_dict_ema")
+    )
 
 
 @pytest.mark.cpu_only(
     reason="signal and --resume auto bookkeeping are host-side; exact npu resume: "
-           "test_resume_after_epoch_matches_uninterrupted")
+    "test_resume_after_epoch_matches_uninterrupted"
+)
 def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_path: Path) -> None:
     """SIGTERM to the process group mid-epoch (loader workers leave it to the main process) writes a
     checkpoint; re-running the same command (no --experiment: the folder is timestamped) with --resume
@@ -98,8 +152,15 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
     common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1", "--resume", "auto"]
     args = train_args(fashion4, tmp_path / "out", None, *common)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:  # signal during epoch 1
         if line.startswith("epoch 0:"):
             break
@@ -135,11 +196,28 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
 def test_dead_loader_worker_is_a_runtime_failure(device_type: str, fashion4: Path, tmp_path: Path) -> None:
     """A loader worker killed mid-epoch (as the OOM killer does) ends the run with exit 3 and one line
     naming the cause, not a traceback; the previous epoch's checkpoint stays intact."""
-    args = train_args(fashion4, tmp_path, "crashed", *device_flags(device_type), "--epochs", "8",
-                      "--workers", "2", "--log-interval", "1")
+    args = train_args(
+        fashion4,
+        tmp_path,
+        "crashed",
+        *device_flags(device_type),
+        "--epochs",
+        "8",
+        "--workers",
+        "2",
+        "--log-interval",
+        "1",
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("epoch 0:"):
@@ -172,11 +250,21 @@ def test_torchrun_two_processes_counts_each_sample_once(fashion4: Path, tmp_path
     odd = tmp_path / "odd"  # 59 validation images: shards of 30 and 29, no padded duplicates, uneven batches
     shutil.copytree(fashion4, odd)
     next((odd / "val" / "bag").iterdir()).unlink()
-    proc = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                       "--master-port", str(_free_port()),
-                       *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1",
-                                   "--validation-batch-size", "29")],  # shards of 2 and 1 batches
-                      env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    proc = run_script(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1", "--validation-batch-size", "29"),
+        ],  # shards of 2 and 1 batches
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = summary(tmp_path / "ddp")
     assert int(rows[0]["eval_samples"]) == 59
@@ -207,8 +295,17 @@ def _rank_of(pid: int) -> int | None:
 
 
 def _torchrun(args: list[str]) -> list[str]:
-    return ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-            "--master-port", str(_free_port()), *args]
+    return [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        *args,
+    ]
 
 
 @pytest.mark.cpu_only(reason="torchrun needs a collective backend: gloo on cpu; the emulator registers no hccl")
@@ -217,12 +314,32 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, t
     holds each rank's own RNG state, and the resumed 2-process run ends with the weights of an
     uninterrupted one. Dropout and mixup draw from each rank's own generators, so a rank that
     restored another rank's state would train differently."""
-    common = ["--device", "cpu", "--epochs", "4", "--batch-size", "8", "--log-interval", "1", "--drop", "0.3",
-              "--mixup", "0.3", "--resume", "auto"]
+    common = [
+        "--device",
+        "cpu",
+        "--epochs",
+        "4",
+        "--batch-size",
+        "8",
+        "--log-interval",
+        "1",
+        "--drop",
+        "0.3",
+        "--mixup",
+        "0.3",
+        "--resume",
+        "auto",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen([sys.executable, *_torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+    launcher = subprocess.Popen(
+        [sys.executable, *_torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         for line in launcher.stdout:
             if line.startswith("epoch 0:"):
@@ -244,15 +361,18 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, t
     state = torch.load(tmp_path / "stopped" / "last.pth.tar", map_location="cpu", weights_only=True)
     assert len(state["rank_states"]) == 2
     assert not torch.equal(state["rank_states"][0]["rng"]["torch"], state["rank_states"][1]["rng"]["torch"])
-    resumed = run_script(_torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env={"OMP_NUM_THREADS": "1"},
-                         timeout=300)
+    resumed = run_script(
+        _torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
-    reference = run_script(_torchrun(train_args(fashion4, tmp_path, "reference", *common)),
-                           env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    reference = run_script(
+        _torchrun(train_args(fashion4, tmp_path, "reference", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
+    )
     assert reference.returncode == 0, reference.stderr[-3000:]
-    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"),
-                        weights(tmp_path / "stopped" / "last.pth.tar"))
+    assert_same_weights(
+        weights(tmp_path / "reference" / "last.pth.tar"), weights(tmp_path / "stopped" / "last.pth.tar")
+    )
 
 
 # ---------------------------------------------------------------- errors: one line, exit 2
@@ -264,15 +384,22 @@ def test_unknown_yaml_key(fashion4: Path, tmp_path: Path) -> None:
     config.write_text(f"data-dir: {fashion4}\nmodel: test_resnet\nlearning-rate: 0.1\n")
     assert_usage_error(run_script(["train.py", "-c", str(config)]), "unknown key 'learning-rate'")
     config.write_text(f"data-dir: {fashion4}\nwarmup_epoch: 1\n")
-    assert_usage_error(run_script(["train.py", "-c", str(config)]), "unknown key 'warmup_epoch'",
-                       "did you mean 'warmup_epochs'")
+    assert_usage_error(
+        run_script(["train.py", "-c", str(config)]), "unknown key 'warmup_epoch'", "did you mean 'warmup_epochs'"
+    )
 
 
-@pytest.mark.parametrize("line, fragment", [
-    ("epochs: many", "key 'epochs' expects an integer"), ("lr: [1, 2]", "key 'lr' expects a single value"),
-    ("amp: 'yes'", "key 'amp' expects true or false"), ("scale: [0.5]", "key 'scale' expects 2 values"),
-    ("clip-mode: sideways", "key 'clip-mode' expects one of norm, value, agc"),
-    ("epochs: [", "is not valid YAML")])
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("epochs: many", "key 'epochs' expects an integer"),
+        ("lr: [1, 2]", "key 'lr' expects a single value"),
+        ("amp: 'yes'", "key 'amp' expects true or false"),
+        ("scale: [0.5]", "key 'scale' expects 2 values"),
+        ("clip-mode: sideways", "key 'clip-mode' expects one of norm, value, agc"),
+        ("epochs: [", "is not valid YAML"),
+    ],
+)
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_ill_typed_yaml_value(line: str, fragment: str, fashion4: Path, tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
@@ -293,23 +420,39 @@ def test_bad_resume_path(fashion4: Path, tmp_path: Path) -> None:
 
 @pytest.mark.cpu_only(reason="a refusal specific to cpu")
 def test_sync_bn_on_cpu_is_refused(fashion4: Path, tmp_path: Path) -> None:
-    assert_usage_error(run_script(train_args(fashion4, tmp_path, "s", "--device", "cpu", "--sync-bn")),
-                       "--sync-bn needs an accelerator")
+    assert_usage_error(
+        run_script(train_args(fashion4, tmp_path, "s", "--device", "cpu", "--sync-bn")),
+        "--sync-bn needs an accelerator",
+    )
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_non_finite_loss_names_epoch_and_step(device_type: str, fashion4: Path, tmp_path: Path) -> None:
     """A diverged run is not bad input: its own exit code, 3 (a huge mean: the inputs overflow float32)."""
-    proc = run_script(train_args(fashion4, tmp_path, "nan", *device_flags(device_type), "--mean", "3e38", "3e38",
-                                 "3e38"))
+    proc = run_script(
+        train_args(fashion4, tmp_path, "nan", *device_flags(device_type), "--mean", "3e38", "3e38", "3e38")
+    )
     assert_one_line_error(proc, 3, "non-finite", "epoch 0 step 0")
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_torchcompile_and_ema_export(device_type: str, fashion4: Path, tmp_path: Path) -> None:
     """--torchcompile (eager backend: dynamo without code generation) trains; the EMA weights are exported."""
-    proc = run_script(train_args(fashion4, tmp_path, "compiled", *device_flags(device_type), "--epochs", "1",
-                                 "--torchcompile", "eager", "--model-ema", "--model-ema-decay", "0.5"))
+    proc = run_script(
+        train_args(
+            fashion4,
+            tmp_path,
+            "compiled",
+            *device_flags(device_type),
+            "--epochs",
+            "1",
+            "--torchcompile",
+            "eager",
+            "--model-ema",
+            "--model-ema-decay",
+            "0.5",
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "compiled"
     state = torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)
@@ -323,7 +466,8 @@ def test_torchcompile_and_ema_export(device_type: str, fashion4: Path, tmp_path:
 
 @pytest.mark.cpu_only(
     reason="flag plumbing into timm's factories is host-side; the npu loop runs the recipe in "
-           "test_resume_after_epoch_matches_uninterrupted")
+    "test_resume_after_epoch_matches_uninterrupted"
+)
 def test_more_recipe_flags(fashion4: Path, tmp_path: Path) -> None:
     """BCE loss, step schedule, lr scaled from --lr-base, loss as the metric, mixup switched off, layer
     decay, a starting checkpoint, one kept checkpoint: a run that uses them all trains and obeys them."""
@@ -333,13 +477,30 @@ def test_more_recipe_flags(fashion4: Path, tmp_path: Path) -> None:
 
     save_file(timm.create_model("test_resnet", num_classes=4).state_dict(), str(start))
     config = tmp_path / "run.yaml"
-    config.write_text(f"data-dir: {fashion4}\nmodel: test_resnet\nimg-size: 32\nbatch-size: 16\nepochs: 3\n"
-                      "lr-base: 0.05\nlr-base-size: 64\nsched: step\ndecay-epochs: 1\ndecay-rate: 0.5\n"
-                      "warmup-epochs: 0\nbce-loss: true\nmixup: 0.2\nmixup-off-epoch: 1\nlayer-decay: 0.9\n"
-                      "eval-metric: loss\ncheckpoint-hist: 1\nvalidation-batch-size: 7\nno-aug: true\n"
-                      "momentum: 0.8\nworkers: 0\n")
-    proc = run_script(["train.py", "-c", str(config), "--output", str(tmp_path), "--experiment", "more",
-                       "--device", "cpu", "--initial-checkpoint", str(start), "--dist-backend", "gloo"])
+    config.write_text(
+        f"data-dir: {fashion4}\nmodel: test_resnet\nimg-size: 32\nbatch-size: 16\nepochs: 3\n"
+        "lr-base: 0.05\nlr-base-size: 64\nsched: step\ndecay-epochs: 1\ndecay-rate: 0.5\n"
+        "warmup-epochs: 0\nbce-loss: true\nmixup: 0.2\nmixup-off-epoch: 1\nlayer-decay: 0.9\n"
+        "eval-metric: loss\ncheckpoint-hist: 1\nvalidation-batch-size: 7\nno-aug: true\n"
+        "momentum: 0.8\nworkers: 0\n"
+    )
+    proc = run_script(
+        [
+            "train.py",
+            "-c",
+            str(config),
+            "--output",
+            str(tmp_path),
+            "--experiment",
+            "more",
+            "--device",
+            "cpu",
+            "--initial-checkpoint",
+            str(start),
+            "--dist-backend",
+            "gloo",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     assert "lr 0.0125" in proc.stdout  # 0.05 * 16 / 64
     run = tmp_path / "more"
@@ -384,25 +545,41 @@ def mostly_bad(tmp_path_factory: pytest.TempPathFactory, fashion4: Path) -> Path
 
 def _has_all_bad_batch(root: Path, batch_size: int, seed: int = 42) -> bool:
     """Whether epoch 0's order holds a batch of only unreadable files (the premise of the test)."""
-    from vtools.data import labelled_files
-    from vtools.sampling import EpochSampler
+    from vtools.data.readers.folder import labelled_files
+    from vtools.data.sampling import EpochSampler
 
     paths, _, _ = labelled_files(root / "train")
     sampler = EpochSampler(len(paths), seed)
     sampler.set_epoch(0)
     order = [paths[index] for _, index in sampler]
-    return any(all(p.stat().st_size == 0 for p in order[i:i + batch_size])
-               for i in range(0, len(order) - batch_size + 1, batch_size))
+    return any(
+        all(p.stat().st_size == 0 for p in order[i : i + batch_size])
+        for i in range(0, len(order) - batch_size + 1, batch_size)
+    )
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 @pytest.mark.parametrize("mixup", [False, True])
-def test_bad_training_images_are_replaced_and_batches_stay_full(device_type: str, mixup: bool, mostly_bad: Path,
-                                                                tmp_path: Path) -> None:
+def test_bad_training_images_are_replaced_and_batches_stay_full(
+    device_type: str, mixup: bool, mostly_bad: Path, tmp_path: Path
+) -> None:
     assert _has_all_bad_batch(mostly_bad, 2)
     extra = ["--mixup", "0.4"] if mixup else []
-    proc = run_script(train_args(mostly_bad, tmp_path, "bad", *device_flags(device_type), "--epochs", "1",
-                                 "--batch-size", "2", "--on-bad-image", "skip", *extra))
+    proc = run_script(
+        train_args(
+            mostly_bad,
+            tmp_path,
+            "bad",
+            *device_flags(device_type),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "2",
+            "--on-bad-image",
+            "skip",
+            *extra,
+        )
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: skipped unreadable")]
     assert len(warnings) == 60  # each bad file named once
@@ -418,8 +595,11 @@ def test_no_readable_training_image_is_one_line(mostly_bad: Path, tmp_path: Path
     for name in CLASSES:
         (data / "train" / name).mkdir(parents=True)
         (data / "train" / name / "empty.png").write_bytes(b"")
-    proc = run_script(train_args(data, tmp_path, "none", "--device", "cpu", "--epochs", "1", "--batch-size", "2",
-                                 "--on-bad-image", "skip"))
+    proc = run_script(
+        train_args(
+            data, tmp_path, "none", "--device", "cpu", "--epochs", "1", "--batch-size", "2", "--on-bad-image", "skip"
+        )
+    )
     assert_usage_error(proc, "no readable training image is left")
 
 
@@ -436,8 +616,9 @@ def test_mixup_needs_an_even_batch(fashion4: Path, tmp_path: Path) -> None:
 def test_a_second_run_into_a_live_run_folder_is_refused(fashion4: Path, tmp_path: Path) -> None:
     args = train_args(fashion4, tmp_path, "shared", "--device", "cpu", "--epochs", "2")
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     for line in first.stdout:
         if line.startswith("training test_resnet"):
             break
@@ -478,7 +659,7 @@ def test_rerunning_a_named_run_leaves_the_ended_one_alone(fashion4: Path, tmp_pa
 
 @pytest.mark.cpu_only(reason="folder naming is host-side")
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
-    from vtools.run_lock import reserve_new_folder
+    from vtools.train.run_lock import reserve_new_folder
 
     first = reserve_new_folder(tmp_path, "test_resnet-20261130-120000")
     second = reserve_new_folder(tmp_path, "test_resnet-20261130-120000")
@@ -490,10 +671,9 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -
 
 
 def _train_in_process(data: Path, out: Path, name: str, *extra: str) -> int:
-    import train
+    from vtools.commands import train
 
-    return train.main(train_args(data, out, name, "--device", "cpu", "--epochs", "2", "--workers", "0",
-                                 *extra)[1:])
+    return train.main(train_args(data, out, name, "--device", "cpu", "--epochs", "2", "--workers", "0", *extra)[1:])
 
 
 def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: int) -> None:
@@ -511,10 +691,10 @@ def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: in
     monkeypatch.setattr(train, "evaluate", evaluate)
 
 
-@pytest.mark.cpu_only(
-    reason="signal handling is host-side; npu resume: test_resume_after_epoch_matches_uninterrupted")
-def test_sigterm_during_the_last_validation_saves_and_resumes(fashion4: Path, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.cpu_only(reason="signal handling is host-side; npu resume: test_resume_after_epoch_matches_uninterrupted")
+def test_sigterm_during_the_last_validation_saves_and_resumes(
+    fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert _train_in_process(fashion4, tmp_path, "reference") == 0
     with monkeypatch.context() as patch:
         _signal_at_validation(patch, epoch=1, times=1)
@@ -523,16 +703,18 @@ def test_sigterm_during_the_last_validation_saves_and_resumes(fashion4: Path, tm
     assert (state["epoch"], state["step_in_epoch"]) == (1, 7)  # all 7 steps trained, validation not done
     assert [int(r["epoch"]) for r in summary(tmp_path / "stopped")] == [0]
     assert _train_in_process(fashion4, tmp_path, "stopped", "--resume", "auto") == 0
-    assert_same_weights(weights(tmp_path / "reference" / "last.pth.tar"),
-                        weights(tmp_path / "stopped" / "last.pth.tar"))
+    assert_same_weights(
+        weights(tmp_path / "reference" / "last.pth.tar"), weights(tmp_path / "stopped" / "last.pth.tar")
+    )
     ours, theirs = summary(tmp_path / "stopped"), summary(tmp_path / "reference")
     assert [r["eval_top1"] for r in ours] == [r["eval_top1"] for r in theirs]
     assert float(ours[1]["train_loss"]) == pytest.approx(float(theirs[1]["train_loss"]), rel=1e-6)
 
 
 @pytest.mark.cpu_only(reason="signal handling is host-side")
-def test_a_second_sigterm_stops_at_once_with_the_same_code(fashion4: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_sigterm_stops_at_once_with_the_same_code(
+    fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _signal_at_validation(monkeypatch, epoch=1, times=2)
     with pytest.raises(SystemExit) as stopped:
         _train_in_process(fashion4, tmp_path, "twice")
@@ -542,8 +724,9 @@ def test_a_second_sigterm_stops_at_once_with_the_same_code(fashion4: Path, tmp_p
 
 
 @pytest.mark.cpu_only(reason="checkpoint choice is host-side")
-def test_resume_auto_falls_back_to_the_newest_intact_checkpoint(fashion4: Path, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture) -> None:
+def test_resume_auto_falls_back_to_the_newest_intact_checkpoint(
+    fashion4: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert _train_in_process(fashion4, tmp_path, "run") == 0
     last = tmp_path / "run" / "last.pth.tar"
     last.write_bytes(last.read_bytes()[:1000])  # truncated, e.g. by a copy that died
@@ -562,9 +745,27 @@ def test_fine_tuning_from_a_model_folder_starts_from_its_weights(fashion4: Path,
     from tests.conftest import write_model_folder
 
     folder = write_model_folder(tmp_path / "pretrained", 10)
-    proc = run_script(train_args(fashion4, tmp_path, "tuned", "--device", "cpu", "--model", str(folder),
-                                 "--epochs", "1", "--lr", "0", "--warmup-epochs", "0", "--min-lr", "0",
-                                 "--weight-decay", "0"))
+    proc = run_script(
+        train_args(
+            fashion4,
+            tmp_path,
+            "tuned",
+            "--device",
+            "cpu",
+            "--model",
+            str(folder),
+            "--epochs",
+            "1",
+            "--lr",
+            "0",
+            "--warmup-epochs",
+            "0",
+            "--min-lr",
+            "0",
+            "--weight-decay",
+            "0",
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"weights from {folder}, classifier re-initialised (10 -> 4 classes)" in proc.stdout
     start = load_file(str(folder / "model.safetensors"))
@@ -577,14 +778,42 @@ def test_fine_tuning_from_a_model_folder_starts_from_its_weights(fashion4: Path,
 def test_a_run_checkpoint_validates_with_the_runs_preprocessing(fashion4: Path, tmp_path: Path) -> None:
     """validate.py --checkpoint on a run's checkpoint uses the run's data config (size, interpolation,
     crop), not the architecture's defaults, so it reproduces the run's own numbers; flags still win."""
-    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--img-size", "40",
-                                 "--interpolation", "nearest", "--crop-pct", "0.9"))
+    proc = run_script(
+        train_args(
+            fashion4,
+            tmp_path,
+            "run",
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--img-size",
+            "40",
+            "--interpolation",
+            "nearest",
+            "--crop-pct",
+            "0.9",
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     row = summary(tmp_path / "run")[0]
     results = tmp_path / "v.json"
-    common = ["validate.py", str(fashion4 / "val"), "--model", "test_resnet", "--num-classes", "4", "--device", "cpu",
-              "--checkpoint", str(tmp_path / "run" / "last.pth.tar"), "--results-file", str(results),
-              "--results-format", "json"]
+    common = [
+        "validate.py",
+        str(fashion4 / "val"),
+        "--model",
+        "test_resnet",
+        "--num-classes",
+        "4",
+        "--device",
+        "cpu",
+        "--checkpoint",
+        str(tmp_path / "run" / "last.pth.tar"),
+        "--results-file",
+        str(results),
+        "--results-format",
+        "json",
+    ]
     assert run_script(common).returncode == 0
     validated = json.loads(results.read_text())[0]
     assert (validated["img_size"], validated["interpolation"], validated["crop_pct"]) == (40, "nearest", 0.9)

@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from vtools.amp import resolve_amp
-from vtools.data import Batch
-from vtools.training import TrainComponents, train_one_epoch
+from vtools.data.loaders import Batch
+from vtools.runtime.amp import resolve_amp
+from vtools.train.loop import TrainComponents, train_one_epoch
 
 BATCH, FEATURES, CLASSES = 4, 6, 3
 
@@ -25,9 +25,14 @@ def _batches(count: int, device: torch.device) -> list[Batch]:
 
 
 def _parts(model: torch.nn.Module, device: torch.device, accum: int) -> TrainComponents:
-    return TrainComponents(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1.0),
-                           loss_fn=torch.nn.CrossEntropyLoss(), amp=resolve_amp(device, False), device=device,
-                           grad_accum_steps=accum)
+    return TrainComponents(
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=1.0),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        amp=resolve_amp(device, False),
+        device=device,
+        grad_accum_steps=accum,
+    )
 
 
 def _big_batch_step(model: torch.nn.Module, batches: list[Batch]) -> None:
@@ -48,8 +53,9 @@ def test_partial_accumulation_group_equals_one_big_batch(device: torch.device) -
     model = torch.nn.Linear(FEATURES, CLASSES).to(device)
     reference = copy.deepcopy(model)
     batches = _batches(5, device)
-    _, updates = train_one_epoch(_parts(model, device, accum=3), batches, epoch=0, num_updates=0,
-                                 log_interval=5, show_progress=False)
+    _, updates = train_one_epoch(
+        _parts(model, device, accum=3), batches, epoch=0, num_updates=0, log_interval=5, show_progress=False
+    )
     _big_batch_step(reference, batches[:3])
     _big_batch_step(reference, batches[3:])
     assert updates == 2
@@ -67,8 +73,16 @@ def test_resumed_epoch_loss_covers_the_whole_epoch(device: torch.device) -> None
     whole, _ = train_one_epoch(_parts(model, device, 1), batches, 0, 0, log_interval=5, show_progress=False)
     parts = _parts(second, device, 1)
     first, updates = train_one_epoch(parts, batches[:3], 0, 0, log_interval=5, show_progress=False)
-    rest, _ = train_one_epoch(parts, batches[3:], 0, updates, log_interval=5, show_progress=False, start_step=3,
-                              carried=(first.local_loss_sum, first.local_samples))
+    rest, _ = train_one_epoch(
+        parts,
+        batches[3:],
+        0,
+        updates,
+        log_interval=5,
+        show_progress=False,
+        start_step=3,
+        carried=(first.local_loss_sum, first.local_samples),
+    )
     assert rest.local_samples == 5 * BATCH
     assert rest.loss == pytest.approx(whole.loss, rel=1e-6)
     assert first.loss != pytest.approx(whole.loss, rel=1e-3)  # the halves differ, so the carry matters

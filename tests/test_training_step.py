@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from vtools.amp import resolve_amp
+from vtools.runtime.amp import resolve_amp
 
 
 def _model_and_batch(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -21,8 +21,9 @@ def _model_and_batch(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torc
     return model, images, labels
 
 
-def _train_step(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, device: torch.device,
-                amp: bool, amp_dtype: str) -> torch.Tensor:
+def _train_step(
+    model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, device: torch.device, amp: bool, amp_dtype: str
+) -> torch.Tensor:
     policy = resolve_amp(device, amp=amp, amp_dtype=amp_dtype)
     scaler = policy.grad_scaler()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

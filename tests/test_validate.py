@@ -12,8 +12,15 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from tests.conftest import (DEVICE_TYPES, SECOND_DEVICES, SYNSETS, assert_usage_error, device_flags, run_script,
-                            write_model_folder)
+from tests.conftest import (
+    DEVICE_TYPES,
+    SECOND_DEVICES,
+    SYNSETS,
+    assert_usage_error,
+    device_flags,
+    run_script,
+    write_model_folder,
+)
 
 
 def reference_metrics(model_dir: Path, image_root: Path, label_of: dict[str, int]) -> dict[str, float]:
@@ -26,9 +33,12 @@ def reference_metrics(model_dir: Path, image_root: Path, label_of: dict[str, int
     with torch.no_grad():
         logits = model(images)
     top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
-    return {"top1": 100 * (top5[:, 0] == targets).float().mean().item(),
-            "top5": 100 * (top5 == targets[:, None]).any(dim=1).float().mean().item(),
-            "loss": F.cross_entropy(logits, targets).item(), "samples": len(targets)}
+    return {
+        "top1": 100 * (top5[:, 0] == targets).float().mean().item(),
+        "top5": 100 * (top5 == targets[:, None]).any(dim=1).float().mean().item(),
+        "loss": F.cross_entropy(logits, targets).item(),
+        "samples": len(targets),
+    }
 
 
 def run_validate(args: list[str], results: Path, env: dict | None = None) -> dict:
@@ -39,21 +49,30 @@ def run_validate(args: list[str], results: Path, env: dict | None = None) -> dic
     return rows[0]
 
 
-def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_model_dir: Path,
-                                                 tmp_path: Path) -> None:
+def test_numbers_equal_reference_on_every_device(synset_images: Path, imagenet_model_dir: Path, tmp_path: Path) -> None:
     """Synset folders map to ImageNet indices; every device gives timm's numbers."""
     label_of = {name: timm.data.ImageNetInfo().label_names().index(name) for name in SYNSETS}
     expected = reference_metrics(imagenet_model_dir, synset_images, label_of)
     for device_type in DEVICE_TYPES + SECOND_DEVICES:
-        row = run_validate([str(synset_images), *device_flags(device_type), "--model", str(imagenet_model_dir),
-                            "--batch-size", "64"], tmp_path / f"{device_type}.json")
+        row = run_validate(
+            [str(synset_images), *device_flags(device_type), "--model", str(imagenet_model_dir), "--batch-size", "64"],
+            tmp_path / f"{device_type}.json",
+        )
         assert row["samples"] == expected["samples"] == 12
         assert row["top1"] == pytest.approx(expected["top1"], abs=1e-3), device_type
         assert row["top5"] == pytest.approx(expected["top5"], abs=1e-3), device_type
         assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4), device_type
         assert row["top1_err"] == pytest.approx(100 - row["top1"])
-        for key in ("model", "param_count", "img_size", "crop_pct", "interpolation", "device", "amp_dtype",
-                    "img_per_sec"):
+        for key in (
+            "model",
+            "param_count",
+            "img_size",
+            "crop_pct",
+            "interpolation",
+            "device",
+            "amp_dtype",
+            "img_per_sec",
+        ):
             assert key in row
         assert row["device"].startswith(device_type)
 
@@ -74,15 +93,18 @@ def test_class_map_file(custom_images: Path, custom_model_dir: Path, tmp_path: P
     class_map = tmp_path / "map.txt"
     class_map.write_text("fox\ndog\ncat\n")  # reversed order: labels change, so do the numbers
     expected = reference_metrics(custom_model_dir, custom_images, {"fox": 0, "dog": 1, "cat": 2})
-    row = run_validate([str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--class-map",
-                        str(class_map)], tmp_path / "r.json")
+    row = run_validate(
+        [str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--class-map", str(class_map)],
+        tmp_path / "r.json",
+    )
     assert row["top1"] == pytest.approx(expected["top1"], abs=1e-3)
     assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4)
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_several_checkpoints_one_row_each_csv(device_type: str, custom_images: Path, custom_model_dir: Path,
-                                              tmp_path: Path) -> None:
+def test_several_checkpoints_one_row_each_csv(
+    device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
     import pandas as pd
     from safetensors.torch import load_file
 
@@ -93,25 +115,62 @@ def test_several_checkpoints_one_row_each_csv(device_type: str, custom_images: P
     zeroed = {k: torch.zeros_like(v) for k, v in state.items()}
     torch.save({"state_dict": zeroed, "state_dict_ema": state}, checkpoints / "b.pth.tar")
     results = tmp_path / "results.csv"
-    proc = run_script(["validate.py", str(custom_images), *device_flags(device_type), "--model", "test_resnet",
-                       "--num-classes", "3", "--checkpoint", str(checkpoints), "--results-file", str(results)])
+    proc = run_script(
+        [
+            "validate.py",
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "3",
+            "--checkpoint",
+            str(checkpoints),
+            "--results-file",
+            str(results),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(results)
     assert [Path(p).name for p in table["checkpoint"]] == ["a.pth.tar", "b.pth.tar"]
     assert table["samples"].tolist() == [12, 12]
     assert table["loss"][0] != table["loss"][1]  # b's state_dict is all zeros
-    ema = run_validate([str(custom_images), *device_flags(device_type), "--model", "test_resnet", "--num-classes", "3",
-                        "--checkpoint", str(checkpoints / "b.pth.tar"), "--use-ema"], tmp_path / "ema.json")
+    ema = run_validate(
+        [
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "3",
+            "--checkpoint",
+            str(checkpoints / "b.pth.tar"),
+            "--use-ema",
+        ],
+        tmp_path / "ema.json",
+    )
     assert ema["loss"] == pytest.approx(table["loss"][0])  # b's EMA weights are a's weights
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_several_models_in_one_run(device_type: str, custom_images: Path, custom_model_dir: Path,
-                                   tmp_path: Path) -> None:
+def test_several_models_in_one_run(
+    device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
     other = write_model_folder(tmp_path / "other", 3, ["cat", "dog", "fox"], seed=7)
     results = tmp_path / "r.json"
-    proc = run_script(["validate.py", str(custom_images), *device_flags(device_type), "--model",
-                       f"{custom_model_dir},{other}", "--results-file", str(results), "--results-format", "json"])
+    proc = run_script(
+        [
+            "validate.py",
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            f"{custom_model_dir},{other}",
+            "--results-file",
+            str(results),
+            "--results-format",
+            "json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(results.read_text())
     assert [row["model"] for row in rows] == [str(custom_model_dir), str(other)]
@@ -134,17 +193,30 @@ def _fashion_mnist_raw(root: Path) -> None:
     stack = np.stack(images).astype(np.uint8)
     for prefix in ("train", "t10k"):
         (raw / f"{prefix}-images-idx3-ubyte").write_bytes(
-            b"\x00\x00\x08\x03" + np.array(stack.shape, dtype=">i4").tobytes() + stack.tobytes())
+            b"\x00\x00\x08\x03" + np.array(stack.shape, dtype=">i4").tobytes() + stack.tobytes()
+        )
         (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(
-            b"\x00\x00\x08\x01" + np.array([len(labels)], dtype=">i4").tobytes() + np.array(labels, np.uint8).tobytes())
+            b"\x00\x00\x08\x01" + np.array([len(labels)], dtype=">i4").tobytes() + np.array(labels, np.uint8).tobytes()
+        )
 
 
 @pytest.mark.cpu_only(reason="the data source is host-side")
 def test_torchvision_dataset(tmp_path: Path) -> None:
     _fashion_mnist_raw(tmp_path / "fm")
     model_dir = write_model_folder(tmp_path / "model", 10)
-    row = run_validate(["--dataset", "torch/fashion_mnist", "--data-dir", str(tmp_path / "fm"), "--device", "cpu",
-                        "--model", str(model_dir)], tmp_path / "r.json")
+    row = run_validate(
+        [
+            "--dataset",
+            "torch/fashion_mnist",
+            "--data-dir",
+            str(tmp_path / "fm"),
+            "--device",
+            "cpu",
+            "--model",
+            str(model_dir),
+        ],
+        tmp_path / "r.json",
+    )
     assert row["samples"] == 20
 
 
@@ -190,8 +262,13 @@ def test_empty_class_folder_among_full_ones_is_named(results: Path, custom_image
     shutil.copytree(custom_images, root)
     (root / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
     model = write_model_folder(tmp_path / "unnamed", 3)  # no class names: labels by sorted folder order
-    _bad([str(root), "--model", str(model)], results, "has 4 classes but", "has 3 outputs",
-         "aardvark holds no images but counts as a class")
+    _bad(
+        [str(root), "--model", str(model)],
+        results,
+        "has 4 classes but",
+        "has 3 outputs",
+        "aardvark holds no images but counts as a class",
+    )
 
 
 def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
@@ -206,13 +283,20 @@ def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_corrupt_image_error_and_skip(device_type: str, results: Path, custom_images: Path,
-                                      custom_model_dir: Path, tmp_path: Path) -> None:
+def test_corrupt_image_error_and_skip(
+    device_type: str, results: Path, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
     root = _with_corrupt_image(custom_images, tmp_path)
-    _bad([str(root), *device_flags(device_type), "--model", str(custom_model_dir)], results, "cannot read image",
-         "--on-bad-image skip")
-    row = run_validate([str(root), *device_flags(device_type), "--model", str(custom_model_dir),
-                        "--on-bad-image", "skip"], tmp_path / "skip.json")
+    _bad(
+        [str(root), *device_flags(device_type), "--model", str(custom_model_dir)],
+        results,
+        "cannot read image",
+        "--on-bad-image skip",
+    )
+    row = run_validate(
+        [str(root), *device_flags(device_type), "--model", str(custom_model_dir), "--on-bad-image", "skip"],
+        tmp_path / "skip.json",
+    )
     assert row["samples"] == 12 and row["skipped"] == 2
 
 
@@ -220,30 +304,52 @@ def test_corrupt_image_error_and_skip(device_type: str, results: Path, custom_im
 def test_unreadable_checkpoint(results: Path, custom_images: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.pth"
     bad.write_bytes(b"\x00garbage" * 10)
-    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad)], results,
-         "not a readable PyTorch checkpoint")
+    _bad(
+        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad)],
+        results,
+        "not a readable PyTorch checkpoint",
+    )
     bad_st = tmp_path / "bad.safetensors"
     bad_st.write_bytes(b"garbage")
-    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad_st)], results,
-         "not a readable safetensors file")
+    _bad(
+        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad_st)],
+        results,
+        "not a readable safetensors file",
+    )
 
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_mismatched_checkpoint_names_keys(results: Path, custom_images: Path, custom_model_dir: Path) -> None:
-    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "5", "--checkpoint",
-          str(custom_model_dir / "model.safetensors")], results, "does not fit the model", "shape mismatch",
-         "fc.weight")
+    _bad(
+        [
+            str(custom_images),
+            "--model",
+            "test_resnet",
+            "--num-classes",
+            "5",
+            "--checkpoint",
+            str(custom_model_dir / "model.safetensors"),
+        ],
+        results,
+        "does not fit the model",
+        "shape mismatch",
+        "fc.weight",
+    )
 
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_use_ema_without_ema_weights(results: Path, custom_images: Path, custom_model_dir: Path,
-                                     tmp_path: Path) -> None:
+def test_use_ema_without_ema_weights(
+    results: Path, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
     from safetensors.torch import load_file
 
     ckpt = tmp_path / "plain.pth"
     torch.save(load_file(str(custom_model_dir / "model.safetensors")), ckpt)
-    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(ckpt),
-          "--use-ema"], results, "has no state_dict_ema")
+    _bad(
+        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(ckpt), "--use-ema"],
+        results,
+        "has no state_dict_ema",
+    )
 
 
 class _Payload:
@@ -262,8 +368,11 @@ def test_malicious_pickle_never_runs(results: Path, custom_images: Path, tmp_pat
     evil = tmp_path / "evil.pth"
     with evil.open("wb") as handle:
         pickle.dump({"state_dict": _Payload(str(marker))}, handle, protocol=2)
-    _bad([str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(evil)], results,
-         "refused")
+    _bad(
+        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(evil)],
+        results,
+        "refused",
+    )
     assert not marker.exists()
 
 
@@ -274,47 +383,105 @@ def test_unknown_model_suggests(results: Path, custom_images: Path) -> None:
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_hub_model_without_network(results: Path, custom_images: Path) -> None:
-    _bad([str(custom_images), "--model", "hf-hub:timm/resnet18.a1_in1k"], results, "could not be loaded",
-         "local model folder", env={"HF_HUB_OFFLINE": "1"})
+    _bad(
+        [str(custom_images), "--model", "hf-hub:timm/resnet18.a1_in1k"],
+        results,
+        "could not be loaded",
+        "local model folder",
+        env={"HF_HUB_OFFLINE": "1"},
+    )
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_torchcompile_channels_last_same_numbers(device_type: str, custom_images: Path, custom_model_dir: Path,
-                                                 tmp_path: Path) -> None:
-    plain = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir)],
-                         tmp_path / "a.json")
-    tuned = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
-                          "--torchcompile",
-                          "eager", "--channels-last"], tmp_path / "b.json")
+def test_torchcompile_channels_last_same_numbers(
+    device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
+    plain = run_validate(
+        [str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir)], tmp_path / "a.json"
+    )
+    tuned = run_validate(
+        [
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            str(custom_model_dir),
+            "--torchcompile",
+            "eager",
+            "--channels-last",
+        ],
+        tmp_path / "b.json",
+    )
     assert tuned["top1"] == plain["top1"] and tuned["loss"] == pytest.approx(plain["loss"], rel=1e-4)
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_preprocessing_and_model_flags(device_type: str, custom_images: Path, custom_model_dir: Path,
-                                       tmp_path: Path) -> None:
-    row = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
-                        "--img-size", "48",
-                        "--crop-pct", "0.8", "--interpolation", "bicubic", "--crop-mode", "squash", "--mean", "0.5",
-                        "0.5", "0.5", "--std", "0.25", "0.25", "0.25", "--model-kwargs", "drop_rate=0.1",
-                        "--workers", "0", "--log-freq", "1", "--batch-size", "5"], tmp_path / "a.json")
+def test_preprocessing_and_model_flags(
+    device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
+    row = run_validate(
+        [
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            str(custom_model_dir),
+            "--img-size",
+            "48",
+            "--crop-pct",
+            "0.8",
+            "--interpolation",
+            "bicubic",
+            "--crop-mode",
+            "squash",
+            "--mean",
+            "0.5",
+            "0.5",
+            "0.5",
+            "--std",
+            "0.25",
+            "0.25",
+            "0.25",
+            "--model-kwargs",
+            "drop_rate=0.1",
+            "--workers",
+            "0",
+            "--log-freq",
+            "1",
+            "--batch-size",
+            "5",
+        ],
+        tmp_path / "a.json",
+    )
     assert (row["img_size"], row["crop_pct"], row["interpolation"], row["samples"]) == (48, 0.8, "bicubic", 12)
-    gray = run_validate([str(custom_images), *device_flags(device_type), "--model", str(custom_model_dir),
-                         "--in-chans", "1",
-                         "--input-size", "1", "40", "40"], tmp_path / "b.json")
+    gray = run_validate(
+        [
+            str(custom_images),
+            *device_flags(device_type),
+            "--model",
+            str(custom_model_dir),
+            "--in-chans",
+            "1",
+            "--input-size",
+            "1",
+            "40",
+            "40",
+        ],
+        tmp_path / "b.json",
+    )
     assert gray["img_size"] == 40 and gray["samples"] == 12
 
 
 @pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
 def test_torchvision_dataset_missing_suggests_download(tmp_path: Path, custom_model_dir: Path) -> None:
-    proc = run_script(["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model",
-                       str(custom_model_dir)])
+    proc = run_script(
+        ["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model", str(custom_model_dir)]
+    )
     assert_usage_error(proc, "--dataset torch/cifar10", "--dataset-download")
 
 
 def test_model_folder_weights_load_straight_onto_device(device: torch.device, custom_model_dir: Path) -> None:
     from safetensors.torch import load_file
 
-    from vtools.models import create_model
+    from vtools.models.create import create_model
 
     model = create_model(str(custom_model_dir), pretrained=True, device=device)
     saved = load_file(str(custom_model_dir / "model.safetensors"))

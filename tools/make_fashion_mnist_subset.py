@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-CLASSES = ["t-shirt_top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
-           "ankle_boot"]
+CLASSES = ["t-shirt_top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle_boot"]
 SOURCE = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -28,7 +27,7 @@ def read_idx(path: Path) -> np.ndarray:
     with gzip.open(path, "rb") as handle:
         data = handle.read()
     _, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-    shape = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+    shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     assert dtype_code == 0x08, "Fashion-MNIST stores unsigned bytes"
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
@@ -51,11 +50,18 @@ def main() -> None:
     parser.add_argument("--train-per-class", type=int, default=120)
     parser.add_argument("--val-per-class", type=int, default=30)
     args = parser.parse_args()
-    train = write_split(read_idx(args.source / "train-images-idx3-ubyte.gz"),
-                        read_idx(args.source / "train-labels-idx1-ubyte.gz"), args.train_per_class,
-                        args.out / "train")
-    val = write_split(read_idx(args.source / "t10k-images-idx3-ubyte.gz"),
-                      read_idx(args.source / "t10k-labels-idx1-ubyte.gz"), args.val_per_class, args.out / "val")
+    train = write_split(
+        read_idx(args.source / "train-images-idx3-ubyte.gz"),
+        read_idx(args.source / "train-labels-idx1-ubyte.gz"),
+        args.train_per_class,
+        args.out / "train",
+    )
+    val = write_split(
+        read_idx(args.source / "t10k-images-idx3-ubyte.gz"),
+        read_idx(args.source / "t10k-labels-idx1-ubyte.gz"),
+        args.val_per_class,
+        args.out / "val",
+    )
     print(f"wrote {train} training and {val} validation images under {args.out}")
 
 

@@ -1,12 +1,22 @@
 """vtools: train, validate and run timm models on any PyTorch accelerator.
 
-Importing vtools imports torch through a guard: if an installed device backend
-(an NPU backend without CANN, say) breaks ``import torch``, the process ends with a
-one-line explanation instead of a traceback.
+Importing vtools (or any of its modules) only imports: no handlers, no exits. A command
+installs what it needs when it starts (``vtools.cli.runner``).
+
+The packages are layers; a module imports from its own layer and the ones below, never above:
+
+    errors, optional, progress, atomic, results   the base: one-line errors, optional imports, files
+    runtime/      devices, guarded torch import, AMP policy, cpu budget, torch.distributed
+    cli/          argument parsing: shared flags, YAML run files, the command runner
+    models/       timm models: creation, weights and checkpoints, model folders, ONNX models
+    data/         decoding, datasets, loaders, sampling, readers/ (one per source kind), shard writer
+    evaluation/   the evaluation and prediction loops
+    train/        the training loop, recipe, checkpoints, resume, run folder lock
+    deploy/ observe/   ONNX export; curves, profiling, environment report
+    bench/        throughput measurement and its plain baseline
+    commands/     one module per command, named as the command
+
+``tests/test_package_layers.py`` checks this order.
 """
 
-from vtools.device_autoload import import_torch as _import_torch
-
 __version__ = "0.1.0"
-
-_import_torch()

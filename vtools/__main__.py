@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 import sys
 
-from vtools.errors import UsageError, run_cli
+from vtools.cli.runner import command_main, run_cli
+from vtools.errors import UsageError
 
-# command -> (module whose main(argv) runs it, one line of help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("vtools.commands.train", "train a timm model from a YAML run file (train.py)"),
-    "validate": ("vtools.commands.validate", "top-1 / top-5 of models on a labelled set (validate.py)"),
-    "infer": ("vtools.commands.inference", "top-k predictions for images (inference.py)"),
-    "bench": ("vtools.benchmark", "measure train/validate/inference throughput against a plain baseline"),
-    "env": ("vtools.envreport", "print versions, devices, AMP policy and environment for bug reports"),
-    "export": ("vtools.export", "write a model as ONNX and check onnxruntime against PyTorch on real images"),
-    "shards": ("vtools.shards", "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)"),
-    "plot": ("vtools.curves", "draw loss, top-1 and lr of one or several training runs into a PNG"),
+# command -> one line of help; each runs vtools/commands/<command>.py's main(argv)
+COMMANDS: dict[str, str] = {
+    "train": "train a timm model from a YAML run file (train.py)",
+    "validate": "top-1 / top-5 of models on a labelled set (validate.py)",
+    "infer": "top-k predictions for images (inference.py)",
+    "bench": "measure train/validate/inference throughput against a plain baseline",
+    "env": "print versions, devices, AMP policy and environment for bug reports",
+    "export": "write a model as ONNX and check onnxruntime against PyTorch on real images",
+    "shards": "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)",
+    "plot": "draw loss, top-1 and lr of one or several training runs into a PNG",
 }
 ALIASES = {"inference": "infer"}
 
@@ -25,7 +25,7 @@ ALIASES = {"inference": "infer"}
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"usage: vtools {{{','.join(COMMANDS)}}} [options]", ""]
-    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
     lines += ["", "`vtools COMMAND --help` lists a command's options."]
     return "\n".join(lines)
 
@@ -41,7 +41,7 @@ def _main(argv: list[str] | None) -> int:
         hint = f"did you mean {close[0]}? " if close else ""
         raise UsageError(f"unknown command {argv[0]!r} ({hint}available: {', '.join(COMMANDS)})")
     sys.argv[0] = f"vtools {command}"  # error lines and --help name the command
-    return importlib.import_module(COMMANDS[command][0]).main(rest)
+    return command_main(command)(rest)
 
 
 def cli() -> None:

@@ -57,9 +57,7 @@ def _validate_env() -> None:
     count = os.environ.get("VTOOLS_EMU_NPU_DEVICE_COUNT")
     if count is not None and "ASCEND_RT_VISIBLE_DEVICES" not in os.environ:
         if not count.strip().isdigit():
-            raise ValueError(
-                f"VTOOLS_EMU_NPU_DEVICE_COUNT must be a non-negative integer, got {count!r}"
-            )
+            raise ValueError(f"VTOOLS_EMU_NPU_DEVICE_COUNT must be a non-negative integer, got {count!r}")
 
 
 def install() -> None:
@@ -68,8 +66,7 @@ def install() -> None:
     current = torch._C._get_privateuse1_backend_name()
     if current not in ("privateuseone", BACKEND_NAME):
         raise RuntimeError(
-            f"PrivateUse1 is already taken by backend {current!r}; "
-            "the emulated NPU cannot be installed in this process"
+            f"PrivateUse1 is already taken by backend {current!r}; the emulated NPU cannot be installed in this process"
         )
     existing = getattr(torch, BACKEND_NAME, None)
     if existing is not None and not getattr(existing, "_vtools_emulated", False):

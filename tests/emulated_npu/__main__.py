@@ -16,6 +16,7 @@ import sys
 
 import tests.emulated_npu  # noqa: F401  (installs the backend)
 
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -34,7 +34,7 @@ from ._build import load_extension
 
 _C = load_extension()
 
-_DeviceLike = Union[int, str, torch.device, None]
+_DeviceLike = int | str | torch.device | None
 
 DEVICE_NAME = "Emulated Ascend NPU (CPU memory)"
 
@@ -106,10 +106,7 @@ def synchronize(device: _DeviceLike = None) -> None:
 
 def _check(index: int) -> None:
     if not 0 <= index < _C.device_count():
-        raise RuntimeError(
-            f"npu: invalid device ordinal {index} "
-            f"(the emulator has {_C.device_count()} device(s))"
-        )
+        raise RuntimeError(f"npu: invalid device ordinal {index} (the emulator has {_C.device_count()} device(s))")
 
 
 def _is_in_bad_fork() -> bool:
@@ -227,16 +224,21 @@ def set_rng_state_all(new_states: Any) -> None:
 class Stream(torch.Stream):
     """``torch.npu.Stream(device=None, priority=0)``: a new stream on an npu device."""
 
-    def __new__(cls, device: _DeviceLike = None, priority: int = 0) -> "Stream":
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0) -> Stream:
         return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
 
 
 class Event(torch.Event):
     """``torch.npu.Event()``: an event on the current npu device."""
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device=torch.device("npu", current_device()), enable_timing=enable_timing,
-                               blocking=blocking, interprocess=interprocess)
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> Event:
+        return super().__new__(
+            cls,
+            device=torch.device("npu", current_device()),
+            enable_timing=enable_timing,
+            blocking=blocking,
+            interprocess=interprocess,
+        )
 
 
 def current_stream(device: _DeviceLike = None) -> torch.Stream:

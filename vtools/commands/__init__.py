@@ -1,2 +1,6 @@
-"""The three scripts' code: ``train.py``, ``validate.py`` and ``inference.py`` at the repository root and
-``vtools train|validate|infer`` (after ``pip install .``) both call these modules' ``main``."""
+"""One module per command, named as the command: ``vtools train|validate|infer|bench|env|export|shards|plot``.
+
+Rule: the top layer. Each module holds its command's options and ``main(argv)``; the
+work lives in the packages below. The root scripts (``train.py``, ``validate.py``,
+``inference.py``) and ``python -m vtools`` run these through ``vtools.cli.runner``.
+"""

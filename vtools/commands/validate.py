@@ -16,16 +16,35 @@ from typing import Any
 
 import timm
 
-from vtools import data as vdata
-from vtools.cli import (OneLineParser, Runtime, add_data_source_args, add_dataset_args, add_device_args,
-                        add_loader_args, add_model_args, add_preprocess_args, check_values, preprocess_overrides,
-                        setup_runtime)
-from vtools.engine import evaluate
+from vtools.atomic import check_writable
+from vtools.cli.options import (
+    add_data_source_args,
+    add_dataset_args,
+    add_device_args,
+    add_loader_args,
+    add_model_args,
+    add_preprocess_args,
+    preprocess_overrides,
+)
+from vtools.cli.parser import OneLineParser, check_values
+from vtools.data.decode import bad_image_handler
+from vtools.data.loaders import DeviceLoader, eval_device_loader
+from vtools.data.readers.folder import (
+    eval_class_map,
+    find_class_folders,
+    labelled_files,
+    resolve_split_dir,
+)
+from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
-from vtools.files import check_writable, format_table, write_rows
-from vtools.models import class_names_of, count_params, create_model, prepare_for_eval, use_channels_last
-from vtools.profiling import StepProfiler
-from vtools.sources import Source, SourceRequest, open_source
+from vtools.evaluation.loops import evaluate
+from vtools.models.create import create_model
+from vtools.models.folder import class_names_of
+from vtools.models.prepare import count_params, prepare_for_eval, use_channels_last
+from vtools.observe.profiling import StepProfiler
+from vtools.results import format_table, write_rows
+from vtools.runtime.resolve import Runtime, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 
@@ -33,13 +52,21 @@ CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("data")
-    add_data_source_args(group, "DIR", "image folder with one sub-folder per class (or a root holding the --split "
-                                       "folder)")
+    add_data_source_args(
+        group, "DIR", "image folder with one sub-folder per class (or a root holding the --split folder)"
+    )
     add_dataset_args(group)
-    group.add_argument("--split", default="validation", help="split to validate: folder, split name or shard "
-                                                             "pattern (default: validation)")
-    group.add_argument("--class-map", default="", metavar="FILE",
-                       help="text file of class folder names, one per line, line number = label index")
+    group.add_argument(
+        "--split",
+        default="validation",
+        help="split to validate: folder, split name or shard pattern (default: validation)",
+    )
+    group.add_argument(
+        "--class-map",
+        default="",
+        metavar="FILE",
+        help="text file of class folder names, one per line, line number = label index",
+    )
     add_model_args(parser)
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)
@@ -57,8 +84,11 @@ def expand_models(pattern: str | None, pretrained: bool) -> list[str]:
     names: list[str] = []
     for part in (p.strip() for p in pattern.split(",") if p.strip()):
         if any(ch in part for ch in "*?[") and not Path(part).exists():
-            matches = timm.list_models(part, pretrained=pretrained) if pretrained else [
-                m for m in timm.list_models() if fnmatch.fnmatch(m, part)]
+            matches = (
+                timm.list_models(part, pretrained=pretrained)
+                if pretrained
+                else [m for m in timm.list_models() if fnmatch.fnmatch(m, part)]
+            )
             if not matches:
                 raise UsageError(f"--model {part}: no timm model matches")
             names.extend(matches)
@@ -96,23 +126,31 @@ def check_data_first(args: argparse.Namespace) -> None:
     if args.dataset:
         open_source(_request(args))
     else:
-        vdata.labelled_files(vdata.resolve_split_dir(root, args.split))
+        labelled_files(resolve_split_dir(root, args.split))
 
 
 def _request(args: argparse.Namespace, class_map: dict[str, int] | None = None) -> SourceRequest:
-    return SourceRequest(args.dataset, args.data or args.data_dir or "", args.split, args.dataset_download,
-                         args.input_key, args.target_key, class_map)
+    return SourceRequest(
+        args.dataset,
+        args.data or args.data_dir or "",
+        args.split,
+        args.dataset_download,
+        args.input_key,
+        args.target_key,
+        class_map,
+    )
 
 
-def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime,
-                      channels_last: bool, skipped: list[str]) -> vdata.DeviceLoader:
+def build_eval_loader(
+    args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime, channels_last: bool, skipped: list[str]
+) -> DeviceLoader:
     """The validation set for this model, as normalized batches on the device. Class folders are
     matched to the model's class names; other sources carry their labels as stored."""
     class_map = None
     if not args.dataset:
-        split_dir = vdata.resolve_split_dir(args.data or args.data_dir, args.split)
-        classes = vdata.find_class_folders(split_dir)
-        class_map, how = vdata.eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        split_dir = resolve_split_dir(args.data or args.data_dir, args.split)
+        classes = find_class_folders(split_dir)
+        class_map, how = eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
         print(f"{split_dir}: {len(classes)} class folders; {how}")
     source = open_source(_request(args, class_map))
     if args.dataset:
@@ -120,9 +158,16 @@ def build_eval_loader(args: argparse.Namespace, model: Any, data_config: dict, r
     labels = getattr(source.samples, "labels", None)  # folders: known up front
     if (max(labels) if labels else len(source.classes or []) - 1) >= model.num_classes:
         raise UsageError(_too_many_classes(source, args.model, model.num_classes))
-    dataset = source.images(vdata.eval_transform(data_config), vdata.image_mode(data_config))
-    return vdata.eval_device_loader(dataset, args.batch_size, runtime.device, runtime.budget.workers, data_config,
-                                    channels_last, vdata.bad_image_handler(args.on_bad_image, skipped))
+    dataset = source.images(eval_transform(data_config), image_mode(data_config))
+    return eval_device_loader(
+        dataset,
+        args.batch_size,
+        runtime.device,
+        runtime.budget.workers,
+        data_config,
+        channels_last,
+        bad_image_handler(args.on_bad_image, skipped),
+    )
 
 
 def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
@@ -139,28 +184,53 @@ def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
 def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
     """Validate one model/checkpoint pair and return its results row (timm's keys first)."""
     pretrained = args.pretrained or not checkpoint  # as timm's validate.py: no checkpoint -> pretrained weights
-    model = create_model(model_name, pretrained=pretrained, num_classes=args.num_classes, in_chans=args.in_chans,
-                         model_kwargs=args.model_kwargs, checkpoint=checkpoint or None, use_ema=args.use_ema,
-                         device=runtime.device)
-    data_config = vdata.data_config_for(model, preprocess_overrides(args))
+    model = create_model(
+        model_name,
+        pretrained=pretrained,
+        num_classes=args.num_classes,
+        in_chans=args.in_chans,
+        model_kwargs=args.model_kwargs,
+        checkpoint=checkpoint or None,
+        use_ema=args.use_ema,
+        device=runtime.device,
+    )
+    data_config = data_config_for(model, preprocess_overrides(args))
     skipped: list[str] = []
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
     loader = build_eval_loader(args, model, data_config, runtime, channels_last, skipped)
     model = prepare_for_eval(model, channels_last, args.torchcompile)
-    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_file or "results").parent,
-                            f"validate-{Path(model_name).name}")
-    result = evaluate(model, profiler.wrap(loader), runtime.device, runtime.amp, desc=Path(model_name).name,
-                      log=print, log_freq=args.log_freq)
+    profiler = StepProfiler(
+        args.profile, runtime.device, Path(args.results_file or "results").parent, f"validate-{Path(model_name).name}"
+    )
+    result = evaluate(
+        model,
+        profiler.wrap(loader),
+        runtime.device,
+        runtime.amp,
+        desc=Path(model_name).name,
+        log=print,
+        log_freq=args.log_freq,
+    )
     if result.count == 0:
         raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
     return {
-        "model": model_name, "top1": round(result.top1, 4), "top1_err": round(100 - result.top1, 4),
-        "top5": round(result.top5, 4), "top5_err": round(100 - result.top5, 4),
-        "param_count": round(count_params(model) / 1e6, 2), "img_size": data_config["input_size"][-1],
-        "crop_pct": data_config["crop_pct"], "interpolation": data_config["interpolation"],
-        "loss": round(result.loss, 6), "samples": result.count, "skipped": len(skipped),
-        "device": str(runtime.device), "amp_dtype": runtime.amp.dtype_name, "channels_last": channels_last,
-        "img_per_sec": round(result.images_per_second, 2), "checkpoint": checkpoint,
+        "model": model_name,
+        "top1": round(result.top1, 4),
+        "top1_err": round(100 - result.top1, 4),
+        "top5": round(result.top5, 4),
+        "top5_err": round(100 - result.top5, 4),
+        "param_count": round(count_params(model) / 1e6, 2),
+        "img_size": data_config["input_size"][-1],
+        "crop_pct": data_config["crop_pct"],
+        "interpolation": data_config["interpolation"],
+        "loss": round(result.loss, 6),
+        "samples": result.count,
+        "skipped": len(skipped),
+        "device": str(runtime.device),
+        "amp_dtype": runtime.amp.dtype_name,
+        "channels_last": channels_last,
+        "img_per_sec": round(result.images_per_second, 2),
+        "checkpoint": checkpoint,
     }
 
 
@@ -177,15 +247,27 @@ def main(argv: list[str] | None = None) -> int:
     for model_name in models:
         for checkpoint in checkpoints:
             row = validate_one(args, model_name, checkpoint, runtime)
-            print(f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
-                  f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                  f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s", flush=True)
+            print(
+                f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+                f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s",
+                flush=True,
+            )
             rows.append(row)
-    columns = ["model", "top1", "top5", "loss", "samples", "param_count", "img_size", "device", "amp_dtype",
-               "img_per_sec"]
+    columns = [
+        "model",
+        "top1",
+        "top5",
+        "loss",
+        "samples",
+        "param_count",
+        "img_size",
+        "device",
+        "amp_dtype",
+        "img_per_sec",
+    ]
     print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
     if args.results_file:
         write_rows(args.results_file, rows, args.results_format)
         print(f"results written to {args.results_file}")
     return 0
-

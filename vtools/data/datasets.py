@@ -1,0 +1,99 @@
+"""Sample stores and the datasets that decode them.
+
+A *store* gives random access to raw samples (a path or the encoded bytes, a label);
+every reader in ``vtools.data.readers`` returns one. :class:`DecodedImages` turns any
+store into decoded, transformed ``(image, label, index)`` items, so decoding, the
+bad-image policy and keeping decoded images for later epochs are written once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from PIL import Image
+from torch.utils.data import Dataset
+
+from vtools.data.decode import BadSample, RawSample, open_image
+
+
+class SampleStore(Protocol):
+    """Random access to raw samples; what every data source (folders, shards, tables) provides."""
+
+    def __len__(self) -> int: ...
+
+    def locate(self, index: int) -> RawSample | BadSample: ...
+
+    def name(self, index: int) -> str: ...
+
+
+class FileSamples:
+    """Image files with their labels."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None) -> None:
+        self.paths = [str(p) for p in paths]
+        self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def locate(self, index: int) -> RawSample:
+        return RawSample(self.paths[index], self.labels[index], self.paths[index])
+
+    def name(self, index: int) -> str:
+        return self.paths[index]
+
+
+class DecodedImages(Dataset):
+    """Decoded, transformed ``(image, label, index)`` items from any :class:`SampleStore`; an image that
+    cannot be read comes through as a :class:`BadSample` for the main process to report or skip.
+
+    With ``keep_bytes``, each process keeps the images it decoded (before the random transform) while
+    they fit in that many bytes, and later epochs transform the kept image instead of reading and
+    decoding the file again. A set that does not fit is not kept at all: random access would hit a
+    partial store too rarely to pay for its memory.
+    """
+
+    def __init__(self, samples: SampleStore, transform: Callable, mode: str, keep_bytes: int = 0) -> None:
+        self.samples = samples
+        self.transform = transform
+        self.mode = mode
+        self.keep_bytes = keep_bytes
+        self._kept: dict[int, tuple[Image.Image, int]] = {}
+        self._kept_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        if index in self._kept:
+            image, label = self._kept[index]
+            return self.transform(image), label, index
+        raw = self.samples.locate(index)
+        if isinstance(raw, BadSample):
+            return raw, -1, index
+        image = open_image(raw.image, self.mode, raw.name)
+        if isinstance(image, BadSample):
+            return image, raw.label, index
+        self._keep(index, image, raw.label)
+        return self.transform(image), raw.label, index
+
+    def _keep(self, index: int, image: Image.Image, label: int) -> None:
+        if not self.keep_bytes:
+            return
+        self._kept_bytes += image.width * image.height * len(image.getbands()) + _IMAGE_OVERHEAD_BYTES
+        if self._kept_bytes > self.keep_bytes:  # the set does not fit: keep nothing
+            self.keep_bytes, self._kept = 0, {}
+            return
+        self._kept[index] = (image, label)
+
+
+_IMAGE_OVERHEAD_BYTES = 1024  # a PIL image's objects besides its pixels, roughly
+
+
+class ImageFiles(DecodedImages):
+    """Images from a list of paths, each with a label (-1 when unlabelled)."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int] | None, transform: Callable, mode: str) -> None:
+        super().__init__(FileSamples(paths, labels), transform, mode)

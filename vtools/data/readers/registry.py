@@ -1,0 +1,139 @@
+"""One registry of data sources, named as timm's scripts name them.
+
+``--dataset`` picks the kind by its prefix: empty for class folders,
+``torch/<name>`` for torchvision sets, ``wds/<name>`` for tar shards,
+``hfds/<name>`` for a local copy of a Hugging Face dataset. Every kind answers
+the same questions (samples with labels, class names, length, random access),
+so training order, per-rank shards, exact resume, bad-image handling and
+decoding are the same code for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from vtools.data.datasets import DecodedImages, FileSamples
+from vtools.data.readers.folder import labelled_files, resolve_split_dir
+from vtools.data.readers.torchvision import TorchvisionImages, torchvision_dataset
+from vtools.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a script asks for: ``--dataset``, the data folder, a split, and the per-kind options."""
+
+    dataset: str
+    root: str
+    split: str
+    download: bool = False
+    input_key: str | None = None  # hfds: image column; wds: image extensions (timm's --input-key)
+    target_key: str | None = None  # hfds: label column; wds: label extension (timm's --target-key)
+    class_map: dict[str, int] | None = None  # folders: class folder name -> label
+
+
+@dataclass
+class Source:
+    """A labelled image collection, whatever stores it."""
+
+    samples: Any  # a vtools.data.SampleStore, or a torchvision dataset
+    classes: list[str] | None  # names by label; None when the store does not say
+    description: str
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def images(self, transform: Callable, mode: str, keep_bytes: int = 0) -> Dataset:
+        """Decoded, transformed ``(image, label, index)`` items; with ``keep_bytes``, decoded images
+        are kept for later epochs when they fit (a torchvision set holds its images in memory already)."""
+        if isinstance(self.samples, Dataset):
+            return TorchvisionImages(self.samples, transform, mode)
+        return DecodedImages(self.samples, transform, mode, keep_bytes)
+
+
+def _folders(request: SourceRequest, name: str) -> Source:
+    split_dir = resolve_split_dir(request.root, request.split)
+    paths, labels, classes = labelled_files(split_dir, request.class_map)
+    return Source(FileSamples(paths, labels), classes, f"{split_dir} ({len(paths)} images)")
+
+
+def _torchvision(request: SourceRequest, name: str) -> Source:
+    dataset = torchvision_dataset(request.dataset, request.root or "data", request.split, request.download)
+    classes = [str(c) for c in getattr(dataset, "classes", [])] or None
+    return Source(dataset, classes, f"{request.dataset} {request.split} ({len(dataset)} images)")
+
+
+def _shards(request: SourceRequest, name: str) -> Source:
+    from vtools.data.readers import wds as shard_source
+
+    root = Path(request.root)
+    keys = tuple(k.strip().lstrip(".").lower() for k in (request.input_key or "").split(";") if k.strip())
+    samples = shard_source.open_shard_samples(
+        root, request.split, keys or shard_source.IMAGE_EXTENSIONS, (request.target_key or "cls").lstrip(".")
+    )
+    info = shard_source.read_split_info(root)
+    classes = info.get("classes") or _imagenet_classes(name, str(info.get("name", "")))
+    return Source(
+        samples, classes, f"{request.dataset} {request.split}: {len(samples.shards)} shards, {len(samples)} samples"
+    )
+
+
+def _imagenet_classes(*names: str) -> list[str] | None:
+    """ImageNet synsets (from timm) when the dataset is named as an ImageNet subset timm knows."""
+    from timm.data import ImageNetInfo
+
+    for name in names:
+        subset = name.lower().removesuffix("-wds")
+        try:
+            return list(ImageNetInfo(subset).label_names())
+        except AssertionError:
+            continue
+    return None
+
+
+def _table(request: SourceRequest, name: str) -> Source:
+    from vtools.data.readers.hfds import open_table_samples
+
+    samples, classes = open_table_samples(
+        request.dataset,
+        name,
+        Path(request.root or "."),
+        request.split,
+        request.input_key or "image",
+        request.target_key or "label",
+        request.download,
+    )
+    return Source(samples, classes, f"{request.dataset} {request.split} ({len(samples)} samples)")
+
+
+def _streaming(request: SourceRequest, name: str) -> Source:
+    raise UsageError(
+        f"--dataset {request.dataset}: streaming datasets are not supported: they cannot be read by "
+        f"index, which exact resume and exact-once validation need; use hfds/{name} (a local copy)"
+    )
+
+
+KINDS: dict[str, Callable[[SourceRequest, str], Source]] = {
+    "": _folders,
+    "torch": _torchvision,
+    "wds": _shards,
+    "hfds": _table,
+    "hfids": _streaming,
+}
+
+
+def open_source(request: SourceRequest) -> Source:
+    """Open the split that ``request`` names, whatever kind of store holds it."""
+    prefix, _, name = request.dataset.partition("/") if "/" in request.dataset else ("", "", request.dataset)
+    if prefix not in KINDS or (not prefix and request.dataset):
+        raise UsageError(
+            f"--dataset {request.dataset}: unknown kind (empty for image folders, or "
+            f"{', '.join(k + '/<name>' for k in KINDS if k)})"
+        )
+    if prefix not in ("torch",) and not request.root:
+        raise UsageError(f"give the data folder (DIR or --data-dir) for --dataset {request.dataset or '(folders)'}")
+    return KINDS[prefix](request, name)

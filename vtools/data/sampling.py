@@ -1,0 +1,97 @@
+"""Training order and augmentation randomness that depend only on (seed, epoch, index).
+
+Two things make a resumed run identical to an uninterrupted one: the order
+of samples in an epoch, and the random augmentation each sample gets. The
+order comes from DistributedSampler's seeded per-epoch permutation (one
+replica when not distributed). The augmentation comes from seeding the
+worker's RNGs from (seed, epoch, index) before each sample, so it does not
+depend on which worker decodes a sample or how long workers have lived.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+from vtools.data.decode import BadSample
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """A well-mixed 63-bit seed per (run seed, epoch, sample)."""
+    mixed = np.random.SeedSequence([seed & 0xFFFFFFFF, epoch, index]).generate_state(2, dtype=np.uint32)
+    return int(mixed[0]) << 31 ^ int(mixed[1])
+
+
+class SeededSamples(Dataset):
+    """Wraps a dataset whose items are fetched as ``(epoch, index)`` and seeded from them.
+
+    With ``replace_bad``, an unreadable image (a :class:`~vtools.data.BadSample`)
+    is replaced by the next readable one in index order, and the item carries the
+    bad ones as a fourth element. Batches then keep their size, which BatchNorm
+    and mixup rely on, and the replacement is the same on every run, so exact
+    resume still holds. Only when no image at all is readable does the bad one
+    come through unreplaced.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, replace_bad: bool = False) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.replace_bad = replace_bad
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, index = key
+        seed = sample_seed(self.seed, epoch, index)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.default_generator.manual_seed(seed)  # cpu only: workers must not touch the device
+        item = self.dataset[index]
+        if not self.replace_bad or not _is_bad(item[0]):
+            return item
+        return self._replacement(index, item)
+
+    def _replacement(self, index: int, item: tuple[Any, ...]) -> tuple[Any, ...]:
+        bad = [item[0]]
+        for offset in range(1, len(self.dataset)):
+            candidate = self.dataset[(index + offset) % len(self.dataset)]
+            if not _is_bad(candidate[0]):
+                return (*candidate[:3], [replace(record, replaced=True) for record in bad[:8]])
+            bad.append(candidate[0])
+        return item
+
+
+def _is_bad(image: Any) -> bool:
+    return isinstance(image, BadSample)
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Seeded shuffling (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch."""
+
+    def __init__(self, length: int, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> None:
+        self.order = DistributedSampler(
+            range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True
+        )
+        self.epoch = 0
+        self.skip = 0
+
+    def set_epoch(self, epoch: int, skip_samples: int = 0) -> None:
+        """Select the epoch's permutation; skip samples already trained on (resume mid-epoch)."""
+        self.epoch = epoch
+        self.skip = skip_samples
+        self.order.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for position, index in enumerate(self.order):
+            if position >= self.skip:
+                yield self.epoch, index
+
+    def __len__(self) -> int:
+        return len(self.order) - self.skip

@@ -1,0 +1,44 @@
+"""timm's preprocessing for a model, with the command line's overrides.
+
+The transforms are timm's own (``resolve_data_config`` + ``create_transform``), so
+numbers match timm's scripts; they end in uint8 tensors because normalization
+happens on the device (``vtools.data.loaders.DeviceLoader``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from timm.data import create_transform, resolve_data_config
+
+
+def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[str, Any]:
+    """timm's data config for ``model`` with command-line overrides (img_size, crop_pct, mean...)."""
+    args = {k: v for k, v in overrides.items() if v is not None}
+    config = resolve_data_config(args=args, model=model)
+    channels = args["input_size"][0] if "input_size" in args else args.get("in_chans", config["input_size"][0])
+    config["input_size"] = (channels, *config["input_size"][1:])
+    config["mean"] = _per_channel(config["mean"], channels)
+    config["std"] = _per_channel(config["std"], channels)
+    return config
+
+
+def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
+    """Normalization constants for ``channels`` inputs (a 3-channel mean averaged for grayscale)."""
+    values = tuple(values)
+    if len(values) == channels:
+        return values
+    if len(values) == 1:
+        return values * channels
+    return (sum(values) / len(values),) * channels
+
+
+def eval_transform(data_config: dict[str, Any]) -> Callable:
+    """timm's evaluation preprocessing, ending in uint8 tensors (normalization is on the device)."""
+    return create_transform(**data_config, is_training=False, use_prefetcher=True)
+
+
+def image_mode(data_config: dict[str, Any]) -> str:
+    return "L" if data_config["input_size"][0] == 1 else "RGB"

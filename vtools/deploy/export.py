@@ -1,0 +1,78 @@
+"""Writing a model as ONNX and checking onnxruntime against PyTorch on real images.
+
+Opset 17 goes through torch's TorchScript exporter (onnxruntime runs it, and it is
+an opset Ascend's ATC takes); 18 and above through ``torch.export``. The comparison
+uses the model's own eval preprocessing on real images, so it checks what ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vtools.data.datasets import ImageFiles
+from vtools.data.decode import bad_image_handler
+from vtools.data.loaders import eval_device_loader
+from vtools.data.readers.folder import find_images
+from vtools.data.transforms import eval_transform, image_mode
+from vtools.errors import RunFailed
+from vtools.models.create import model_folder_of
+from vtools.optional import optional_module
+
+
+def default_output(args: argparse.Namespace) -> Path:
+    """Beside the weights: in the model folder, beside the checkpoint, or ./<name>.onnx."""
+    if args.output:
+        return Path(args.output)
+    if args.checkpoint:
+        return Path(args.checkpoint).with_suffix("").with_suffix(".onnx")
+    folder = model_folder_of(args.model_name)
+    if folder is not None:
+        return folder / "model.onnx"
+    return Path(f"{Path(args.model_name).name.replace(':', '_')}.onnx")
+
+
+def check_images(data: str, data_config: dict[str, Any], count: int) -> torch.Tensor:
+    """Up to ``count`` real images, through the same loader and normalization validate.py uses."""
+    paths = find_images(data)[:count]
+    dataset = ImageFiles(paths, None, eval_transform(data_config), image_mode(data_config))
+    loader = eval_device_loader(
+        dataset, len(paths), torch.device("cpu"), 0, data_config, False, bad_image_handler("error", [])
+    )
+    return torch.cat([batch.images for batch in loader])
+
+
+def write_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
+    """Export with a dynamic batch dimension; torch's exporter chatter is kept off the console."""
+    kwargs: dict[str, Any] = {"input_names": ["input"], "output_names": ["logits"], "opset_version": opset}
+    if opset >= 18:
+        kwargs.update(dynamo=True, dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=65536)},))
+    else:
+        kwargs.update(dynamo=False, dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(model, (example,), str(path), **kwargs)
+        except Exception as err:  # the exporters raise many kinds for an op they cannot express
+            raise RunFailed(
+                f"ONNX export failed at opset {opset}: {type(err).__name__}: {str(err).splitlines()[0]}"
+            ) from None
+
+
+def compare(model: torch.nn.Module, path: Path, images: torch.Tensor) -> tuple[float, float, float]:
+    """(max |logit difference|, largest |logit|, fraction of images with the same top-5 in order)."""
+    ort = optional_module("onnxruntime", "the parity check")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        reference = model(images)
+    (exported,) = session.run(None, {session.get_inputs()[0].name: images.numpy()})
+    exported = torch.from_numpy(exported)
+    k = min(5, reference.shape[-1])
+    same_top = (reference.topk(k).indices == exported.topk(k).indices).all(dim=1).float().mean().item()
+    return (reference - exported).abs().max().item(), reference.abs().max().item(), same_top

@@ -1,0 +1,138 @@
+"""The evaluation loop shared by validate.py and the per-epoch validation in train.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from vtools.progress import progress
+from vtools.runtime.amp import AmpPolicy
+from vtools.runtime.device import synchronize
+from vtools.runtime.distributed import all_reduce_sum
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Totals over the whole set (all ranks), each sample counted once."""
+
+    top1: float  # percent
+    top5: float  # percent
+    loss: float
+    count: int
+    seconds: float
+
+    @property
+    def images_per_second(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else 0.0
+
+
+def topk_correct(logits: torch.Tensor, targets: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[torch.Tensor]:
+    """Number of samples whose target is among the top-k logits, per k (stays on the device)."""
+    maxk = min(max(ks), logits.shape[1])
+    top = logits.topk(maxk, dim=1).indices
+    hits = top.eq(targets.unsqueeze(1))
+    return [hits[:, : min(k, maxk)].any(dim=1).sum() for k in ks]
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module,
+    loader: Iterable,
+    device: torch.device,
+    amp: AmpPolicy,
+    desc: str = "validate",
+    show_progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    log_freq: int = 0,
+    should_stop: Callable[[], bool] | None = None,
+) -> EvalResult | None:
+    """Top-1, top-5 and mean cross-entropy over ``loader`` (summed over ranks).
+
+    ``should_stop`` (a single process only: ranks would part ways) is asked
+    between batches; when it says yes the pass ends early and returns None.
+    """
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
+    count = 0  # known on the host: no device sync per batch
+    start = time.perf_counter()
+    bar = progress(loader, desc, total=len(loader) if hasattr(loader, "__len__") else None, enabled=show_progress)
+    for step, batch in enumerate(bar):
+        if should_stop is not None and should_stop():
+            return None
+        if batch.images.numel() == 0:
+            continue
+        with amp.autocast():
+            logits = model(batch.images)
+        logits = logits.float()
+        loss_sum = F.cross_entropy(logits, batch.targets, reduction="sum")
+        top1, top5 = topk_correct(logits, batch.targets)
+        totals += torch.stack([top1.float(), top5.float(), loss_sum])
+        count += len(batch.targets)
+        if log is not None and log_freq and step % log_freq == 0:
+            seen = max(count, 1)
+            log(
+                f"{desc}: [{step}/{len(bar)}] top1 {100 * totals[0].item() / seen:.2f} "
+                f"top5 {100 * totals[1].item() / seen:.2f} loss {totals[2].item() / seen:.4f}"
+            )
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    top1, top5, loss, count = all_reduce_sum(torch.cat([totals, totals.new_tensor([count])])).tolist()
+    count = int(round(count))
+    if count == 0:
+        return EvalResult(0.0, 0.0, float("nan"), 0, seconds)
+    return EvalResult(100 * top1 / count, 100 * top5 / count, loss / count, count, seconds)
+
+
+@torch.inference_mode()
+def predict(
+    model: torch.nn.Module,
+    loader: Iterable,
+    amp: AmpPolicy,
+    topk: int,
+    output_type: str = "prob",
+    show_progress: bool = True,
+    host_every: int = 64,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Yield (dataset indices, scores, class indices) per batch on the CPU.
+
+    ``topk == 0`` yields every class's score in class order (class indices None).
+    Results stay on the device and come to the host ``host_every`` batches at a
+    time: one synchronisation per chunk instead of one per batch.
+    """
+    model.eval()
+    pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+    for batch in progress(
+        loader, "inference", total=len(loader) if hasattr(loader, "__len__") else None, enabled=show_progress
+    ):
+        if batch.images.numel() == 0:
+            continue
+        with amp.autocast():
+            logits = model(batch.images)
+        scores = logits.float().softmax(dim=1) if output_type == "prob" else logits.float()
+        if topk:
+            top = scores.topk(min(topk, scores.shape[1]), dim=1)
+            pending.append((batch.indices, top.values, top.indices))
+        else:
+            pending.append((batch.indices, scores, None))
+        if len(pending) == host_every:
+            yield from _to_host(pending)
+            pending = []
+    yield from _to_host(pending)
+
+
+def _to_host(
+    pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Move a chunk of per-batch results to the host in one copy per kind, then split it again."""
+    if not pending:
+        return
+    sizes = [len(scores) for _, scores, _ in pending]
+    scores = torch.cat([scores for _, scores, _ in pending]).cpu().split(sizes)
+    has_classes = pending[0][2] is not None
+    classes = torch.cat([c for _, _, c in pending]).cpu().split(sizes) if has_classes else [None] * len(sizes)
+    for (indices, _, _), chunk_scores, chunk_classes in zip(pending, scores, classes):
+        yield indices, chunk_scores, chunk_classes

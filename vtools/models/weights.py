@@ -1,0 +1,150 @@
+"""The one checkpoint reader: weights from any file a user may hand us, never executing code.
+
+``.safetensors`` is read with safetensors; everything else with
+``torch.load(weights_only=True)`` through :func:`safe_load`, which training
+checkpoints (``vtools.train.checkpoint``) use too, so a pickled file can never run
+code and every refusal reads the same.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from vtools.errors import UsageError
+
+
+def read_state_dict(
+    path: str | Path, use_ema: bool = False, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Read a checkpoint's weights straight onto ``device``, never executing pickled code.
+
+    Accepts .safetensors, timm's training checkpoints (``state_dict`` /
+    ``state_dict_ema``), and plain state dicts.
+    """
+    return read_checkpoint(path, use_ema, device)[0]
+
+
+def read_checkpoint(
+    path: str | Path, use_ema: bool = False, device: torch.device | str = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """:func:`read_state_dict`, plus the preprocessing a vtools training run stored with the weights."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"checkpoint {path} does not exist")
+    if path.stat().st_size == 0:
+        raise UsageError(f"checkpoint {path} is empty (0 bytes)")
+    if path.suffix == ".safetensors":
+        try:
+            state = load_file(str(path), device=str(device))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise UsageError(f"checkpoint {path} is not a readable safetensors file ({err})") from err
+        if use_ema:
+            raise UsageError(f"--use-ema: {path} is a plain safetensors file with no EMA weights")
+        return state, None
+    checkpoint = safe_load(path, device)
+    data_config = checkpoint.get("data_config") if isinstance(checkpoint, Mapping) else None
+    return _select_weights(checkpoint, path, use_ema), data_config if isinstance(data_config, dict) else None
+
+
+def safe_load(path: Path, device: torch.device | str = "cpu") -> Any:
+    """``torch.load`` with ``weights_only=True`` (and timm's harmless checkpoint types allowed): a file that
+    would run code is refused, and one that is not a checkpoint is a one-line :class:`UsageError`."""
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
+            warnings.simplefilter("ignore")
+            with torch.serialization.safe_globals(timm_checkpoint_globals()):
+                return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UsageError(unpickling_message(path, err)) from err
+    except Exception as err:  # truncated, not a zip, wrong magic: all mean "not a checkpoint"
+        detail = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise UsageError(f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})") from err
+
+
+def timm_checkpoint_globals() -> list[Any]:
+    """The harmless types timm's CheckpointSaver pickles beside the weights: its argparse.Namespace and
+    numpy scalars (a metric). Allowing them keeps ``weights_only`` loading on: none of them runs code."""
+    import argparse
+
+    import numpy as np
+
+    scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+    return [argparse.Namespace, scalar, np.dtype, *(type(np.dtype(kind)) for kind in ("float64", "float32", "int64"))]
+
+
+def unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
+    """Say whether torch's safe unpickler refused code, or the file is simply not a checkpoint."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [
+        line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
+    ]
+    detail = (lines[0] if lines else type(err).__name__)[:160]
+    if "GLOBAL" in detail or "Unsupported global" in detail or "Unsupported class" in detail:
+        return (
+            f"checkpoint {path} was refused: loading it would run code ({detail}); "
+            "vtools only loads weights (weights_only=True), never pickled code"
+        )
+    return f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})"
+
+
+def _select_weights(checkpoint: Any, path: Path, use_ema: bool) -> dict[str, torch.Tensor]:
+    if not isinstance(checkpoint, Mapping):
+        raise UsageError(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a state dict")
+    keys = ("state_dict_ema", "model_ema") if use_ema else ("state_dict", "model")
+    state = next((checkpoint[k] for k in keys if isinstance(checkpoint.get(k), Mapping)), None)
+    if state is None and use_ema:
+        raise UsageError(f"--use-ema: checkpoint {path} has no state_dict_ema")
+    state = checkpoint if state is None else state
+    if not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UsageError(f"checkpoint {path} has no state dict of tensors")
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def load_checkpoint(
+    model: torch.nn.Module, path: str | Path, use_ema: bool = False, device: torch.device | str = "cpu"
+) -> None:
+    """Load weights into ``model``, naming every missing, unexpected or mis-shaped key. A checkpoint of a
+    vtools run also brings the run's preprocessing, which then comes before the model's defaults."""
+    state, data_config = read_checkpoint(path, use_ema=use_ema, device=device)
+    check_state_dict_fits(model, state, str(path))
+    model.load_state_dict(state, strict=True)
+    if data_config:
+        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), **data_config}
+
+
+def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
+    """Raise a one-line :class:`UsageError` unless ``state`` fits ``model`` exactly."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    mismatched = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state and tuple(state[k].shape) != tuple(v.shape)
+    ]
+    # load_state_dict would cast integer weights into float parameters without a word
+    kinds = [
+        f"{k} {state[k].dtype} vs {v.dtype}"
+        for k, v in expected.items()
+        if k in state and v.is_floating_point() != state[k].is_floating_point()
+    ]
+    problems = []
+    for label, items in (
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("shape mismatch", mismatched),
+        ("integer vs floating-point", kinds),
+    ):
+        if items:
+            shown = ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
+            problems.append(f"{label}: {shown}")
+    if problems:
+        raise UsageError(f"checkpoint {source} does not fit the model: " + "; ".join(problems))

@@ -1,0 +1,4 @@
+"""Seeing what a run does: training curves, profiles of the real loop, the environment report.
+
+Rule: reads what runs produce or what the runtime reports; may import the layers below train.
+"""

@@ -1,0 +1,106 @@
+"""Training curves: TensorBoard scalars while a run goes, and a picture of runs once they have ended.
+
+``--log-tensorboard`` writes, into ``<run>/tensorboard``, one point per epoch
+with the values of that epoch's ``summary.csv`` row (train/eval loss, top-1,
+top-5, lr, img/s, data wait) and one per log step (loss over the log window,
+lr, img/s). ``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr
+against epoch for one or several runs from their ``summary.csv`` files into a
+PNG; train.py draws ``<run>/curves.png`` when it ends.
+
+tensorboard and matplotlib are optional (requirements-deploy.txt).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vtools.atomic import atomic_write
+from vtools.errors import UsageError
+from vtools.optional import optional_module
+
+EPOCH_SCALARS = {
+    "train_loss": "train/loss",
+    "eval_loss": "eval/loss",
+    "eval_top1": "eval/top1",
+    "eval_top5": "eval/top5",
+    "lr": "lr",
+    "img_per_sec": "train/img_per_sec",
+    "data_wait": "train/data_wait",
+}
+
+
+class ScalarLog:
+    """TensorBoard event files for one run (rank 0), or nothing when not asked for."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.writer = None
+        if folder is not None:
+            optional_module("tensorboard", "--log-tensorboard")
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(folder))
+
+    def step(self, num_updates: int, loss: float, lr: float, images_per_second: float) -> None:
+        if self.writer is not None:
+            for tag, value in (("step/loss", loss), ("step/lr", lr), ("step/img_per_sec", images_per_second)):
+                self.writer.add_scalar(tag, value, num_updates)
+
+    def epoch(self, row: dict[str, Any]) -> None:
+        """The epoch's summary.csv row (eval values are empty in epochs without validation)."""
+        if self.writer is not None:
+            for key, tag in EPOCH_SCALARS.items():
+                if row.get(key, "") != "":
+                    self.writer.add_scalar(tag, float(row[key]), int(row["epoch"]))
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_summary_rows(run: Path) -> list[dict[str, str]]:
+    path = run / "summary.csv" if run.is_dir() else run
+    if not path.is_file():
+        raise UsageError(f"{run}: no summary.csv (give a run folder of train.py, or its summary.csv)")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or "epoch" not in rows[0]:
+        raise UsageError(f"{path}: not a train.py summary (no epoch rows)")
+    return rows
+
+
+def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float]]:
+    points = [(int(r["epoch"]), float(r[key])) for r in rows if r.get(key, "") not in ("", None)]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_runs(runs: Sequence[Path], out: Path) -> Path:
+    """Loss, top-1 and lr against epoch for each run, side by side, as a PNG written atomically."""
+    matplotlib = optional_module("matplotlib", "drawing curves")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    figure, (loss_ax, top1_ax, lr_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    for run in runs:
+        rows = read_summary_rows(run)
+        name = (run if run.is_dir() else run.parent).name
+        (line,) = loss_ax.plot(*_series(rows, "train_loss"), label=f"{name} train")
+        loss_ax.plot(*_series(rows, "eval_loss"), linestyle="--", color=line.get_color(), label=f"{name} eval")
+        top1_ax.plot(*_series(rows, "eval_top1"), marker=".", color=line.get_color(), label=name)
+        lr_ax.plot(*_series(rows, "lr"), color=line.get_color(), label=name)
+    for axis, title in ((loss_ax, "loss"), (top1_ax, "eval top-1 (%)"), (lr_ax, "learning rate")):
+        axis.set_title(title)
+        axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return atomic_write(out, lambda handle: handle.write(buffer.getvalue()))

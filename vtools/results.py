@@ -1,0 +1,69 @@
+"""Result tables: csv, json or jsonl files that pandas reads, and the console table the scripts print."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vtools.atomic import atomic_write_text
+from vtools.errors import UsageError
+
+RESULT_FORMATS = ("csv", "json", "jsonl")
+
+
+def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
+    """Rows as csv (header from the union of keys, in first-seen order), json or jsonl."""
+    if fmt == "json":
+        return json.dumps(list(rows), indent=2) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(row) + "\n" for row in rows)
+    if fmt == "csv":
+        flat = [_flatten(row) for row in rows]
+        columns: list[str] = []
+        for row in flat:
+            columns.extend(key for key in row if key not in columns)
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(flat)
+        return buffer.getvalue()
+    raise UsageError(f"unknown results format {fmt!r} (choose from {', '.join(RESULT_FORMATS)})")
+
+
+def _flatten(row: dict[str, Any]) -> dict[str, Any]:
+    """Spread list values over numbered columns (label_1, label_2, ...) so every csv cell is a scalar."""
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, (list, tuple)):
+            flat.update({f"{key}_{rank}": item for rank, item in enumerate(value, 1)})
+        else:
+            flat[key] = json.dumps(value) if isinstance(value, dict) else value
+    return flat
+
+
+def write_rows(path: str | os.PathLike, rows: Sequence[dict[str, Any]], fmt: str) -> Path:
+    return atomic_write_text(path, format_rows(rows, fmt))
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A plain aligned text table for the console."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+    cells = [[_short(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}".rstrip("0").rstrip(".")
+    text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."

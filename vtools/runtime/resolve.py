@@ -1,0 +1,31 @@
+"""From flags to a runtime: the device, its AMP policy and the cpu budget a script runs with."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+
+from vtools.runtime.amp import AmpPolicy, resolve_amp
+from vtools.runtime.cpu_budget import CpuBudget, setup_cpu_budget
+from vtools.runtime.device import apply_tuning, resolve_device
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The resolved device and precision policy a script runs with."""
+
+    device: torch.device
+    amp: AmpPolicy
+    budget: CpuBudget
+
+
+def setup_runtime(args: argparse.Namespace) -> Runtime:
+    """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
+    device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
+    split the host's cores between loader workers and the main process (vtools/host.py)."""
+    device = resolve_device(args.device, args.device_modules)
+    apply_tuning(device)
+    budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)
+    return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype), budget=budget)

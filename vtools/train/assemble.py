@@ -1,0 +1,156 @@
+"""Assembling a training run from its options: data sources, loaders, and the recipe's components.
+
+train.py and the bench's train loop both build their run here, so the bench
+measures exactly what train.py runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from timm.layers import convert_sync_batchnorm
+
+from vtools.cli.options import (
+    preprocess_overrides,
+)
+from vtools.data.decode import bad_image_handler
+from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
+from vtools.data.readers.folder import resolve_split_dir
+from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.sampling import EpochSampler, SeededSamples
+from vtools.data.transforms import data_config_for, eval_transform, image_mode
+from vtools.errors import UsageError
+from vtools.models.prepare import use_channels_last
+from vtools.runtime.distributed import DistInfo, ShardSampler
+from vtools.train import recipe
+from vtools.train.loop import TrainComponents
+
+# a training set's decoded images (split among its loader processes) and a validation set's batches are
+# kept in host memory when they fit in these sizes
+KEEP_TRAINING_BYTES = 512 << 20
+KEEP_VALIDATION_BYTES = 512 << 20
+
+
+def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] | None]:
+    """Training and validation sources (whatever stores them) and the class names."""
+
+    def request(split: str, class_map: dict[str, int] | None = None) -> SourceRequest:
+        return SourceRequest(
+            args.dataset, args.data_dir or "", split, args.dataset_download, args.input_key, args.target_key, class_map
+        )
+
+    if not args.dataset:
+        root = args.data_dir
+        if resolve_split_dir(root, args.train_split) == resolve_split_dir(root, args.val_split):
+            raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
+    train = open_source(request(args.train_split))
+    class_map = {name: index for index, name in enumerate(train.classes)} if not args.dataset else None
+    val = open_source(request(args.val_split, class_map))
+    return train, val, train.classes
+
+
+@dataclass
+class Loaders:
+    train: DeviceLoader
+    val: DeviceLoader
+    sampler: EpochSampler
+    data_config: dict[str, Any]
+    channels_last: bool
+
+
+def build_loaders(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    train_source: Any,
+    val_source: Any,
+    device: torch.device,
+    dist_info: DistInfo,
+    workers: int,
+) -> Loaders:
+    """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
+    data_config = data_config_for(model, preprocess_overrides(args))
+    mode = image_mode(data_config)
+    keep = KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
+    train_set = SeededSamples(
+        train_source.images(recipe.build_train_transform(args, data_config), mode, keep),
+        args.seed,
+        replace_bad=args.on_bad_image == "skip",
+    )
+    val_set = val_source.images(eval_transform(data_config), mode)
+    channels_last = use_channels_last(args.channels_last, model, device)
+    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
+    if len(sampler.order) < args.batch_size:
+        raise UsageError(
+            f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images per process"
+        )
+    train_loader = DeviceLoader(
+        make_loader(train_set, args.batch_size, device, workers, sampler=sampler, drop_last=True, seed=args.seed),
+        device,
+        data_config["mean"],
+        data_config["std"],
+        channels_last=channels_last,
+        batch_transform=recipe.build_random_erasing(args, device),
+        on_bad=bad_image_handler(args.on_bad_image, [], keep_batches_full=True),
+    )
+    val_loader = eval_device_loader(
+        val_set,
+        args.validation_batch_size or args.batch_size,
+        device,
+        workers,
+        data_config,
+        channels_last,
+        bad_image_handler(args.on_bad_image, []),
+        sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size),
+        persistent=True,
+        keep_bytes=KEEP_VALIDATION_BYTES,
+    )
+    return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
+
+
+def build_components(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    loaders: Loaders,
+    num_classes: int,
+    device: torch.device,
+    amp: Any,
+    dist_info: DistInfo,
+) -> tuple[TrainComponents, float, int]:
+    """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
+    rate, and the number of epochs to train (timm's: warmup prefix and cool-down included)."""
+    if loaders.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if dist_info.enabled and args.sync_bn:
+        model = convert_sync_batchnorm(model)
+    updates_per_epoch = (len(loaders.train) + args.grad_accum_steps - 1) // args.grad_accum_steps
+    lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
+    optimizer = recipe.build_optimizer(model, args, lr)
+    mixup = recipe.build_mixup(args, num_classes)
+    scheduler, num_epochs = recipe.build_scheduler(optimizer, args, updates_per_epoch)
+    parts = TrainComponents(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
+        amp=amp,
+        device=device,
+        scaler=amp.grad_scaler(),
+        scheduler=scheduler,
+        mixup=mixup,
+        ema=recipe.build_ema(model, args),
+        clip_grad=args.clip_grad,
+        clip_mode=args.clip_mode,
+        grad_accum_steps=args.grad_accum_steps,
+    )
+    return parts, lr, num_epochs
+
+
+def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: torch.device, dist_info: DistInfo) -> None:
+    """DDP across processes, then torch.compile, once the weights are final (after resume)."""
+    if dist_info.enabled:
+        ddp_ids = [device.index] if device.type != "cpu" else None
+        parts.model = torch.nn.parallel.DistributedDataParallel(parts.model, device_ids=ddp_ids)
+    if args.torchcompile:
+        parts.model = torch.compile(parts.model, backend=args.torchcompile)

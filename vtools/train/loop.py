@@ -1,0 +1,259 @@
+"""One training epoch, the same on every device: autocast, GradScaler, accumulation, clipping, EMA.
+
+The hot loop never waits for the device except at log steps: losses are kept
+in a device-side window and checked for non-finite values there, which still
+names the exact step where training broke.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import torch
+from timm.utils import dispatch_clip_grad
+
+from vtools.errors import RunFailed
+from vtools.models.prepare import unwrap
+from vtools.progress import progress
+from vtools.runtime.amp import AmpPolicy
+from vtools.runtime.distributed import all_reduce_sum, any_rank
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between updates, so it can checkpoint first.
+
+    Under torchrun the ranks may see a signal at different moments (or only one
+    rank may get it), so they decide together: every ``check_every`` updates one
+    all-reduce tells every rank whether any rank was asked to stop, and all of
+    them stop after the same update. A single process stops at the next update.
+    """
+
+    def __init__(self, device: torch.device | None = None, check_every: int = 1) -> None:
+        self.signal_name: str | None = None
+        self.device = device or torch.device("cpu")
+        self.check_every = max(1, check_every)
+        self._previous: dict[int, Any] = {}
+        self._shielded = False
+
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal_name is not None and not self._shielded:  # a second signal: stop now, same code
+            print(
+                f"{signal.Signals(signum).name} again: stopping without waiting for a checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(exit_code(self.signal_name))
+        self.signal_name = self.signal_name or signal.Signals(signum).name
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """While a checkpoint is written, further signals only note themselves: the save finishes."""
+        self._shielded = True
+        try:
+            yield
+        finally:
+            self._shielded = False
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def agreed(self, num_updates: int = 0, now: bool = False) -> bool:
+        """Whether every rank stops after update ``num_updates`` (always False between check points),
+        or, with ``now``, at this point that every rank reaches (after validation)."""
+        if num_updates % self.check_every and not now:
+            return False
+        stop = any_rank(self.requested, self.device)
+        if stop and self.signal_name is None:
+            self.signal_name = "SIGTERM"  # another rank's signal: leave as it would
+        return stop
+
+
+def exit_code(signal_name: str | None) -> int:
+    """128 + the signal's number, as a shell reports a process a signal ended: 130 SIGINT, 143 SIGTERM."""
+    return 128 + int(getattr(signal, signal_name or "SIGTERM"))
+
+
+@dataclass
+class TrainComponents:
+    """What an epoch needs, built once by train.py."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: torch.nn.Module
+    amp: AmpPolicy
+    device: torch.device
+    scaler: torch.amp.GradScaler | None = None
+    scheduler: Any = None
+    mixup: Callable | None = None
+    ema: Any = None
+    clip_grad: float | None = None
+    clip_mode: str = "norm"
+    grad_accum_steps: int = 1
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    samples: int
+    seconds: float
+    data_seconds: float
+    steps: int
+    skipped_updates: int
+    interrupted: bool = False
+    completed_steps: int = 0
+    local_loss_sum: float = 0.0  # this rank's share of the epoch so far, carried over a mid-epoch resume
+    local_samples: int = 0
+
+    @property
+    def images_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds else 0.0
+
+    @property
+    def data_wait(self) -> float:
+        """Fraction of the epoch spent waiting for the next batch."""
+        return self.data_seconds / self.seconds if self.seconds else 0.0
+
+
+def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int) -> None:
+    """One device sync per log step: find the first non-finite loss in the window, if any."""
+    values = window[:filled]
+    bad = (~torch.isfinite(values)).nonzero()
+    if bad.numel():
+        step = first_step + int(bad[0, 0])
+        raise RunFailed(
+            f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
+            f"epoch {epoch} step {step}; lower --lr, add --clip-grad, or use --amp-dtype bfloat16"
+        )
+
+
+def accumulation_divisor(step: int, total_steps: int, accum: int) -> int:
+    """How many batches the update that ``step`` belongs to averages over: ``accum``, except in an
+    epoch's last, shorter group, which averages over its real size (as timm's train.py does)."""
+    last_group = total_steps % accum
+    return last_group if last_group and step >= total_steps - last_group else accum
+
+
+def train_one_epoch(
+    parts: TrainComponents,
+    loader: Iterable,
+    epoch: int,
+    num_updates: int,
+    log_interval: int = 50,
+    stop: StopRequest | None = None,
+    show_progress: bool = True,
+    start_step: int = 0,
+    carried: tuple[float, int] = (0.0, 0),
+    on_log: Callable[[int, float, float, float], None] | None = None,
+) -> tuple[EpochResult, int]:
+    """Train for one epoch (or until a stop is agreed at an update boundary).
+
+    ``start_step`` and ``carried`` (this rank's loss sum and sample count before
+    the interruption) continue an epoch that a checkpoint interrupted, so its
+    loss still covers the whole epoch. ``on_log(num_updates, loss, lr, img/s)``
+    receives each log step's figures (the window's mean loss: one sync, which
+    the log step makes anyway).
+    """
+    model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
+    model.train()
+    total_steps = start_step + len(loader)
+    window = torch.zeros(max(1, log_interval), device=device)
+    loss_sum = torch.full((), float(carried[0]), device=device)
+    skipped = torch.zeros((), device=device, dtype=torch.int64)
+    samples, filled, window_start, data_seconds = 0, 0, start_step, 0.0
+    start = last_fetch = time.perf_counter()
+    bar = progress(loader, f"epoch {epoch}", total=len(loader), enabled=show_progress)
+    step = start_step - 1
+    interrupted = False
+    for step, batch in enumerate(bar, start=start_step):
+        data_seconds += time.perf_counter() - last_fetch
+        images, targets = batch.images, batch.targets
+        if parts.mixup is not None:
+            images, targets = parts.mixup(images, targets)
+        is_update = (step + 1) % accum == 0 or step + 1 == total_steps
+        sync_context = model.no_sync() if hasattr(model, "no_sync") and not is_update else nullcontext()
+        with sync_context:
+            with parts.amp.autocast():
+                loss = parts.loss_fn(model(images), targets)
+            scaled = loss / accumulation_divisor(step, total_steps, accum)
+            (parts.scaler.scale(scaled) if parts.scaler is not None else scaled).backward()
+        if is_update:
+            skipped += _optimizer_step(parts)
+            num_updates += 1
+            if parts.ema is not None:
+                parts.ema.update(unwrap(model), step=num_updates)
+            if parts.scheduler is not None:
+                parts.scheduler.step_update(num_updates=num_updates)
+        detached = loss.detach().float()
+        window[filled] = detached
+        loss_sum += detached * len(targets)
+        samples += len(targets)
+        filled += 1
+        if filled == len(window) or step + 1 == total_steps:
+            _check_finite(window, filled, epoch, window_start)
+            window_loss, lr = window[:filled].mean().item(), parts.optimizer.param_groups[0]["lr"]
+            images_per_second = samples / (time.perf_counter() - start)
+            bar.set_postfix(loss=f"{window_loss:.4f}", lr=f"{lr:.3g}", img_s=f"{images_per_second:.1f}")
+            if on_log is not None:
+                on_log(num_updates, window_loss, lr, images_per_second)
+            filled, window_start = 0, step + 1
+        if stop is not None and is_update and stop.agreed(num_updates):
+            interrupted = True
+            break
+        last_fetch = time.perf_counter()
+    if filled:
+        _check_finite(window, filled, epoch, window_start)
+    local = torch.stack(
+        [loss_sum, loss_sum.new_tensor(float(samples + carried[1])), loss_sum.new_tensor(float(samples))]
+    )
+    local_loss_sum, local_samples, _ = local.tolist()
+    loss_total, samples_total, samples_now = all_reduce_sum(local).tolist()
+    seconds = time.perf_counter() - start
+    return EpochResult(
+        loss=loss_total / max(samples_total, 1.0),
+        samples=int(samples_now),
+        seconds=seconds,
+        data_seconds=data_seconds,
+        steps=step + 1 - start_step,
+        skipped_updates=int(skipped.item()),
+        interrupted=interrupted,
+        completed_steps=step + 1,
+        local_loss_sum=local_loss_sum,
+        local_samples=int(local_samples),
+    ), num_updates
+
+
+def _optimizer_step(parts: TrainComponents) -> torch.Tensor:
+    """Clip, step and zero the gradients; returns 1 (on the device) when a GradScaler skipped the step."""
+    scaler = parts.scaler
+    if scaler is not None and parts.clip_grad:
+        scaler.unscale_(parts.optimizer)
+    if parts.clip_grad:
+        dispatch_clip_grad(parts.model.parameters(), value=parts.clip_grad, mode=parts.clip_mode)
+    if scaler is None:
+        parts.optimizer.step()
+        parts.optimizer.zero_grad(set_to_none=True)
+        return torch.zeros((), dtype=torch.int64, device=parts.device)
+    scale_before = scaler._scale.clone() if scaler._scale is not None else None
+    scaler.step(parts.optimizer)
+    scaler.update()
+    parts.optimizer.zero_grad(set_to_none=True)
+    if scale_before is None:
+        return torch.zeros((), dtype=torch.int64, device=parts.device)
+    return (scaler._scale < scale_before).to(torch.int64).reshape(())

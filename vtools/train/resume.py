@@ -1,0 +1,273 @@
+"""What a training checkpoint holds, where a run continues, and how every rank picks up its own state.
+
+A run is resumable at any update boundary: the checkpoint holds the shared
+state (model, optimizer, scheduler, GradScaler, EMA, position in the epoch)
+once, and each rank's own state (its RNG streams, its share of the epoch's
+training loss) once per rank. Ranks are seeded ``seed + rank``, so restoring
+rank 0's generators on every rank would give all of them the same dropout,
+mixup and erasing draws; instead each rank restores the entry saved for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vtools.atomic import atomic_write
+from vtools.errors import UsageError
+from vtools.models.prepare import unwrap
+from vtools.models.weights import check_state_dict_fits
+from vtools.runtime import device as dev
+from vtools.runtime.distributed import DistInfo, broadcast_from_main, gather_objects
+from vtools.train.checkpoint import (
+    BEST,
+    LAST,
+    NUMBERED,
+    CheckpointManager,
+    native_rng,
+    portable_rng,
+)
+from vtools.train.loop import EpochResult, TrainComponents
+from vtools.train.recipe import load_optimizer_state
+from vtools.train.run_lock import holds_ended_run, reserve_new_folder
+
+STATE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a resumed run continues, and this rank's share of the interrupted epoch's loss."""
+
+    epoch: int = 0
+    step: int = 0
+    num_updates: int = 0
+    carried: tuple[float, int] = (0.0, 0)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The folder a run writes to, the checkpoint it resumes (if any) and what to tell the user."""
+
+    path: Path
+    resume: Path | None
+    note: str = ""
+
+
+def _model_stem(model: str) -> str:
+    return Path(model.rstrip("/")).name.replace(":", "_")
+
+
+def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolder:
+    """Decide the run folder on rank 0 and share it, so that every rank resumes the same checkpoint.
+
+    ``--resume auto`` continues ``--output/--experiment`` when a name is given;
+    without one, it continues the newest run of the same model in ``--output``
+    (the folders are named ``<model>-<timestamp>``), so re-queuing the same
+    command carries on instead of starting again.
+    """
+    choice = _choose_run_folder(args) if dist_info.is_main else None
+    return broadcast_from_main(choice)
+
+
+def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
+    output, stem = Path(args.output), _model_stem(args.model)
+    named = output / args.experiment if args.experiment else None
+    if args.resume and args.resume != "auto":
+        return RunFolder(named or _new_folder(output, stem), Path(args.resume))
+    if args.resume != "auto":
+        if named is not None and holds_ended_run(named):
+            fresh = reserve_new_folder(output, args.experiment)
+            return RunFolder(
+                fresh,
+                None,
+                f"{named} holds an earlier run, left as it is: this run writes to {fresh} "
+                "(--resume auto would continue the earlier one)",
+            )
+        return RunFolder(named or _new_folder(output, stem), None)
+    if named is not None:
+        if (named / LAST).is_file():
+            return _continue(named, "")
+        return RunFolder(named, None, f"--resume auto: no checkpoint in {named} yet, starting from scratch")
+    earlier = [folder for folder in output.glob(f"{stem}-*") if (folder / LAST).is_file()] if output.is_dir() else []
+    if not earlier:
+        folder = _new_folder(output, stem)
+        return RunFolder(
+            folder,
+            None,
+            f"--resume auto: no earlier run of {args.model} with a checkpoint in "
+            f"{output}, starting from scratch in {folder}",
+        )
+    newest = max(earlier, key=lambda folder: (folder / LAST).stat().st_mtime)
+    note = f"--resume auto: continuing {newest}, the newest run of {args.model} in {output}"
+    if len(earlier) > 1:
+        note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
+    return _continue(newest, note)
+
+
+def _continue(folder: Path, note: str) -> RunFolder:
+    """Resume ``folder`` from last.pth.tar, or, when that file is damaged, from the newest intact
+    numbered checkpoint (saying so)."""
+    if is_intact(folder / LAST):
+        return RunFolder(folder, folder / LAST, note)
+    numbered = sorted(
+        ((int(m.group(1)), path) for path in folder.glob("checkpoint-*.pth.tar") if (m := NUMBERED.match(path.name))),
+        reverse=True,
+    )
+    for _, path in numbered:
+        if is_intact(path):
+            fallback = f"--resume auto: {folder / LAST} is damaged; continuing from {path.name}"
+            return RunFolder(folder, path, f"{note}; {fallback}" if note else fallback)
+    return RunFolder(folder, folder / LAST, note)  # nothing intact: loading it names the damage
+
+
+def is_intact(path: Path) -> bool:
+    """Whether a checkpoint's archive opens (a truncated or overwritten file does not): cheap, it reads
+    only the archive's directory."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _new_folder(output: Path, stem: str) -> Path:
+    return reserve_new_folder(output, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def rank_state(device: torch.device, result: EpochResult | None = None) -> dict[str, Any]:
+    """This rank's own part of a checkpoint: RNG streams and, mid-epoch, its share of the epoch's loss."""
+    state: dict[str, Any] = {"rng": portable_rng(dev.rng_state(device))}
+    if result is not None:
+        state["train_loss_sum"], state["train_samples"] = result.local_loss_sum, result.local_samples
+    return state
+
+
+_PLATEAU_KEY = "reduce_on_plateau"
+
+
+def scheduler_state(scheduler: Any) -> dict[str, Any] | None:
+    """timm's scheduler state, plus the counters of the torch ReduceLROnPlateau inside timm's plateau
+    schedule, which timm's own state leaves out (a resumed plateau run would restart its patience)."""
+    if scheduler is None:
+        return None
+    state = scheduler.state_dict()
+    inner = getattr(scheduler, "lr_scheduler", None)
+    if inner is not None:
+        state[_PLATEAU_KEY] = inner.state_dict()
+    return state
+
+
+def load_scheduler_state(scheduler: Any, state: dict[str, Any]) -> None:
+    state = dict(state)
+    inner_state = state.pop(_PLATEAU_KEY, None)
+    scheduler.load_state_dict(state)
+    if inner_state is not None:
+        scheduler.lr_scheduler.load_state_dict(inner_state)
+
+
+def training_state(
+    args: argparse.Namespace,
+    parts: TrainComponents,
+    position: Position,
+    classes: list[str],
+    device: torch.device,
+    dist_info: DistInfo,
+    data_config: dict[str, Any],
+    result: EpochResult | None = None,
+) -> dict[str, Any] | None:
+    """Everything ``--resume`` needs (on rank 0; None elsewhere). Every rank must call it: the ranks'
+    own states are gathered here. ``position`` is where training continues. ``data_config`` (the
+    run's preprocessing) lets validate.py --checkpoint evaluate the weights as the run did."""
+    ranks = gather_objects(rank_state(device, result))
+    if not dist_info.is_main:
+        return None
+    state = {
+        "arch": args.model,
+        "epoch": position.epoch,
+        "step_in_epoch": position.step,
+        "num_updates": position.num_updates,
+        "state_dict": unwrap(parts.model).state_dict(),
+        "optimizer": parts.optimizer.state_dict(),
+        "scheduler": scheduler_state(parts.scheduler),
+        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+        "rng": ranks[0]["rng"],
+        "rank_states": ranks,
+        "class_names": classes,
+        "data_config": dict(data_config),
+        "args": dict(vars(args)),
+        "version": STATE_VERSION,
+    }
+    if parts.ema is not None:
+        state["state_dict_ema"] = parts.ema.module.state_dict()
+    return state
+
+
+def restore(
+    state: dict[str, Any],
+    parts: TrainComponents,
+    manager: CheckpointManager,
+    device: torch.device,
+    dist_info: DistInfo,
+    seed: int,
+) -> tuple[Position, str]:
+    """Load a training checkpoint into the components and this rank's RNG; returns where to continue
+    and a note for the user when the number of processes changed."""
+    check_state_dict_fits(parts.model, state["state_dict"], "--resume")
+    parts.model.load_state_dict(state["state_dict"])
+    load_optimizer_state(parts.optimizer, state["optimizer"])
+    if parts.scheduler is not None and state.get("scheduler") is not None:
+        load_scheduler_state(parts.scheduler, state["scheduler"])
+    if parts.scaler is not None and state.get("scaler") is not None:
+        parts.scaler.load_state_dict(state["scaler"])
+    if parts.ema is not None and "state_dict_ema" in state:
+        parts.ema.module.load_state_dict(state["state_dict_ema"])
+    manager.best_metric, manager.best_epoch = state.get("best_metric"), state.get("best_epoch")
+    ranks = state.get("rank_states") or [{"rng": state["rng"]}]
+    note = ""
+    if len(ranks) == dist_info.world_size:
+        mine = ranks[dist_info.rank]
+        dev.set_rng_state(device, native_rng(mine["rng"]))
+    else:  # another process count: the shards differ anyway, so only the shared state carries over
+        mine = {}
+        dev.seed_everything(seed + dist_info.rank)
+        note = (
+            f" (saved by {len(ranks)} process(es), resumed by {dist_info.world_size}: random streams "
+            "re-seeded, so the run will not repeat an uninterrupted one exactly)"
+        )
+    step = int(state.get("step_in_epoch", 0))
+    carried = (float(mine.get("train_loss_sum", 0.0)), int(mine.get("train_samples", 0))) if step else (0.0, 0)
+    position = Position(int(state["epoch"]), step, int(state.get("num_updates", 0)), carried)
+    return position, note
+
+
+def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
+    """Resuming into a new folder: bring the run's best checkpoint along, since the best metric comes too."""
+    if resume_path is None or (out_dir / BEST).exists() or not (resume_path.parent / BEST).is_file():
+        return
+    payload = (resume_path.parent / BEST).read_bytes()
+    atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
+
+
+def read_summary(out_dir: Path, resume_path: Path | None, before_epoch: int) -> list[dict[str, Any]]:
+    """The rows of summary.csv a resumed run keeps: its own folder's, or (resuming into a new folder) those
+    beside the checkpoint it continues, for the epochs before the one it continues."""
+    path = out_dir / "summary.csv"
+    if not path.is_file() and resume_path is not None:
+        path = resume_path.parent / "summary.csv"
+    if resume_path is None or not path.is_file():
+        return []
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
+    except (KeyError, TypeError, ValueError, csv.Error) as err:  # UnicodeDecodeError is a ValueError
+        raise UsageError(
+            f"{path} is damaged ({type(err).__name__}: {err}); repair it, or move it away to "
+            "resume without the earlier epochs' rows"
+        ) from err
