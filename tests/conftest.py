@@ -51,12 +51,58 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the emulated npu before any test runs backward: autograd sizes its per-device work
     queues at its first backward, and a device registered later makes every npu backward in this
     process fail (so in-process npu tests would pass or fail with the order the tests ran in).
-
-    A device-facing test runs on every device type unless it says why not, with one of these markers
-    (tests/test_source_tree.py enforces it)."""
-    config.addinivalue_line("markers", "cpu_only(reason): a device-facing test that runs on cpu only, and why")
-    config.addinivalue_line("markers", "npu_only(reason): a device-facing test that runs on npu only, and why")
+    The markers (cpu_only, npu_only, slow) are declared in pyproject.toml."""
     load_emulated_npu()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test that starts a process (a script run as a user runs it, directly, through a
+    helper of its module or through a fixture of its module or conftest): the fast tier,
+    ``pytest -m "not slow"``, is the in-process tests. In-process tests that take seconds carry
+    ``@pytest.mark.slow`` themselves."""
+    starters: dict[Path, set[str]] = {}
+    conftest_starters = functions_that_start_processes(Path(__file__))
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in starters:
+            starters[path] = functions_that_start_processes(path, conftest_starters)
+        reached = starters[path] | conftest_starters
+        if item.originalname in reached or set(getattr(item, "fixturenames", ())) & reached:
+            item.add_marker(pytest.mark.slow)
+
+
+PROCESS_STARTERS = {"run_script", "Popen", "check_output", "check_call"}
+
+
+def functions_that_start_processes(path: Path, known: set[str] = frozenset()) -> set[str]:
+    """Names of the module-level functions (tests, helpers, fixtures) of ``path`` that start a process,
+    directly or through each other, ``known`` or ``subprocess.run``."""
+    import ast
+
+    functions = {n.name: n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)}
+
+    def calls(function: ast.FunctionDef) -> set[str]:
+        names = {arg.arg for arg in function.args.args}  # fixtures it requests
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute):
+                    is_subprocess = isinstance(func.value, ast.Name) and func.value.id == "subprocess"
+                    names.add("Popen" if is_subprocess else func.attr)
+                elif isinstance(func, ast.Name):
+                    names.add(func.id)
+        return names
+
+    reached = (PROCESS_STARTERS | set(known)) - {"run"}
+    called = {name: calls(function) for name, function in functions.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name, names in called.items():
+            if name not in reached and names & reached:
+                reached.add(name)
+                changed = True
+    return reached & set(functions) | (set(known) & reached)
 
 
 @pytest.fixture(params=DEVICE_TYPES)
@@ -70,10 +116,13 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 
 def run_script(
-    args: list[str], env: dict[str, str] | None = None, timeout: float = 600, cwd: Path | None = None
+    args: list[str], env: dict[str, str | None] | None = None, timeout: float = 600, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python <args>`` from the repository root and capture its output."""
+    """Run ``python <args>`` (a script, ``-m module`` or ``-c code``) from the repository root and capture its
+    output. The environment is this one with PYTHONPATH set to the repository, then ``env`` on top: a value
+    of None removes that variable."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {key: value for key, value in full_env.items() if value is not None}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -93,6 +142,33 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *fragmen
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
+
+
+# ---------------------------------------------------------------- broken device backends, as installed on a host
+
+
+def broken_torch_npu_package(root: Path) -> None:
+    """An installed torch_npu 2.14.0 whose import fails as it does without CANN (put ``root`` on PYTHONPATH)."""
+    package = root / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('libascendcl.so: cannot open shared object file: No such file or directory')\n"
+    )
+    dist_info = root / "torch_npu-2.14.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
+
+
+def broken_autoload_backend(root: Path) -> None:
+    """A distribution that registers a torch.backends entry point which raises, like torch_npu w/o CANN
+    (put ``root`` on PYTHONPATH)."""
+    (root / "fake_ascend_backend.py").write_text(
+        "def autoload():\n    raise ImportError('libhccl.so: cannot open shared object file')\n"
+    )
+    dist_info = root / "torch_npu-2.14.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
+    (dist_info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = fake_ascend_backend:autoload\n")
 
 
 # ---------------------------------------------------------------- small real-format data and model folders

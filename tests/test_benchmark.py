@@ -148,11 +148,3 @@ class Counting:
         for batch in self.batches:
             self.count += 1
             yield batch
-
-
-@pytest.mark.cpu_only(reason="the counts are refused before any device is resolved")
-@pytest.mark.parametrize("flag", ["--repeats", "--recipe-epochs", "--steps"])
-def test_non_positive_counts_are_one_line_errors(flag: str) -> None:
-    from tests.conftest import assert_usage_error
-
-    assert_usage_error(run_script(["-m", "vtools", "bench", flag, "0"]), flag, "must be 1 or more")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO, assert_usage_error, run_script, summary, train_args
+from tests.conftest import run_script, summary, train_args
 
 pytestmark = pytest.mark.cpu_only(reason="logging and drawing are host-side; device training: test_train.py")
 
@@ -83,22 +82,3 @@ def test_plot_two_runs(two_runs: Path, tmp_path: Path) -> None:
         assert picture.format == "PNG" and picture.width > 1000
     with Image.open(two_runs / "slow" / "curves.png") as picture:
         assert picture.format == "PNG"
-
-
-def test_plot_needs_a_run(tmp_path: Path) -> None:
-    assert_usage_error(
-        run_script(["-m", "vtools", "plot", str(tmp_path), "-o", str(tmp_path / "x.png")]), "no summary.csv"
-    )
-    assert not (tmp_path / "x.png").exists()
-
-
-def test_missing_tensorboard_names_the_install(fashion4: Path, tmp_path: Path) -> None:
-    shadow = tmp_path / "shadow" / "tensorboard"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('No module named tensorboard')\n")
-    proc = run_script(
-        train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
-        env={"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"},
-    )
-    assert_usage_error(proc, "--log-tensorboard needs the package tensorboard", "requirements-deploy.txt")
-    assert not (tmp_path / "run").exists()

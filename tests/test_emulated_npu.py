@@ -11,32 +11,22 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 import tests.emulated_npu as emu
+from tests.conftest import REPO, run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+EMULATOR_SETTINGS = ("ASCEND_RT_VISIBLE_DEVICES", "VTOOLS_EMU_NPU_DEVICE_COUNT", "VTOOLS_EMU_NPU_NO_BF16")
 
 
 def run_python(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter with the emulator importable; return stdout."""
-    full_env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ASCEND_RT_VISIBLE_DEVICES", "VTOOLS_EMU_NPU_DEVICE_COUNT", "VTOOLS_EMU_NPU_NO_BF16")
-    }
-    full_env.update(env)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO_ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    """Run ``code`` in a fresh interpreter with the emulator importable (the repository ahead of any inherited
+    PYTHONPATH) and none of its settings but ``env``'s; return the last line of stdout."""
+    path = os.pathsep.join(filter(None, [str(REPO), env.pop("PYTHONPATH", os.environ.get("PYTHONPATH"))]))
+    proc = run_script(
+        ["-c", textwrap.dedent(code)], env={**dict.fromkeys(EMULATOR_SETTINGS), **env, "PYTHONPATH": path}
     )
     assert proc.returncode == 0, f"subprocess failed:\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc.stdout.strip().splitlines()[-1]
@@ -102,6 +92,7 @@ def test_set_device_and_bad_index():
         ({"VTOOLS_EMU_NPU_DEVICE_COUNT": "0"}, 0),
     ],
 )
+@pytest.mark.npu_only(reason="a self-test of the emulated npu, in a fresh process")
 def test_device_count_honours_env(env, expected):
     out = run_python(
         """
@@ -130,7 +121,7 @@ def test_build_is_cached_and_runner_works():
             "x",
             "y",
         ],
-        cwd=REPO_ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
@@ -307,6 +298,7 @@ def test_autocast_policies(dtype):
     assert torch.mm(a, a).dtype == torch.float32  # autocast off again
 
 
+@pytest.mark.npu_only(reason="a self-test of the emulated npu, in a fresh process")
 def test_no_bf16_env_like_910a():
     out = run_python(
         """

@@ -164,26 +164,8 @@ def test_sources(kind: str, custom_images: Path, custom_model_dir: Path, tmp_pat
     assert len(rows) == count and isinstance(rows[0]["prob"], float)
 
 
-# ---------------------------------------------------------------- bad input: one line, exit 2, nothing written
-
-
-def _bad(args: list[str], tmp_path: Path, *fragments: str) -> None:
-    out = tmp_path / "out"
-    proc = run_script(["inference.py", *args, "--results-dir", str(out)])
-    assert_usage_error(proc, *fragments)
-    assert not any(out.glob("*.csv")) if out.exists() else True
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_missing_source(custom_model_dir: Path, tmp_path: Path) -> None:
-    _bad([str(tmp_path / "nothing"), "--model", str(custom_model_dir)], tmp_path, "does not exist")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_no_images(custom_model_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.txt").write_text("hello")
-    _bad([str(tmp_path / "docs"), "--model", str(custom_model_dir)], tmp_path, "no images found")
+# ---------------------------------------------------------------- a corrupt image: one line, or skipped
+# (one line and nothing written; the other bad input, one line each: tests/test_one_line_errors.py)
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
@@ -193,23 +175,18 @@ def test_corrupt_image(device_type: str, custom_images: Path, custom_model_dir: 
     good = sorted(custom_images.rglob("*.png"))[0]
     (folder / "good.png").write_bytes(good.read_bytes())
     (folder / "broken.png").write_bytes(good.read_bytes()[:100])
-    _bad([str(folder), *device_flags(device_type), "--model", str(custom_model_dir)], tmp_path, "broken.png")
+    out = tmp_path / "out"
+    proc = run_script(
+        ["inference.py", str(folder), *device_flags(device_type), "--model", str(custom_model_dir)]
+        + ["--results-dir", str(out)]
+    )
+    assert_usage_error(proc, "broken.png")
+    assert not out.exists() or not any(out.glob("*.csv"))
     stdout, files = run_inference(
         [str(folder), *device_flags(device_type), "--model", str(custom_model_dir), "--on-bad-image", "skip"], tmp_path
     )
     assert [row["filename"] for row in json.loads(files["json"].read_text())] == ["good.png"]
     assert "1 unreadable skipped" in stdout
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_unknown_model(custom_images: Path, tmp_path: Path) -> None:
-    _bad([str(custom_images), "--model", "vit_tiny_patch16_22"], tmp_path, "unknown model", "did you mean")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_missing_model_folder_config(custom_images: Path, tmp_path: Path) -> None:
-    (tmp_path / "empty_model").mkdir()
-    _bad([str(custom_images), "--model", str(tmp_path / "empty_model")], tmp_path, "has no config.json")
 
 
 @pytest.mark.cpu_only(reason="where results are written is host-side")

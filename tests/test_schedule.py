@@ -12,7 +12,6 @@ rows, must match. Nothing here re-derives a schedule by hand.
 from __future__ import annotations
 
 import argparse
-import csv
 import shutil
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 import yaml
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
-from tests.conftest import DEVICE_TYPES, REPO, device_flags, run_script
+from tests.conftest import DEVICE_TYPES, REPO, device_flags, run_script, summary
 from vtools.commands import train
 
 CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
@@ -224,7 +223,7 @@ def timm_lrs_and_epochs(run: Path, updates_per_epoch: int) -> list[float]:
     """The lr timm's train.py would log for each epoch, from timm's scheduler and the run's metrics."""
     config = yaml.safe_load((run / "config.yaml").read_text())
     args = argparse.Namespace(**{key.replace("-", "_"): value for key, value in config.items()})
-    rows = read_rows(run)
+    rows = summary(run)
     metric_column = f"eval_{args.eval_metric}"
     metrics = {int(row["epoch"]): float(row[metric_column]) for row in rows if row[metric_column] != ""}
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.lr)
@@ -244,15 +243,10 @@ def timm_lrs_and_epochs(run: Path, updates_per_epoch: int) -> list[float]:
     return lrs
 
 
-def read_rows(run: Path) -> list[dict[str, str]]:
-    with (run / "summary.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def check_against_timm(run: Path, accum: int = 1) -> list[float]:
     updates_per_epoch = -(-BATCHES_PER_EPOCH // accum)
     expected = timm_lrs_and_epochs(run, updates_per_epoch)
-    rows = read_rows(run)
+    rows = summary(run)
     assert [int(row["epoch"]) for row in rows] == list(range(len(expected))), "epochs trained differ from timm's"
     logged = [float(row["lr"]) for row in rows]
     assert logged == pytest.approx(expected, rel=1e-12, abs=1e-15)
@@ -304,9 +298,9 @@ def test_plateau_resume_keeps_its_patience(tiny_fashion: Path, tmp_path: Path) -
     resumed = train_in_process(
         tiny_fashion, tmp_path / "resumed", [*plateau, "--resume", str(full / "checkpoint-2.pth.tar")]
     )
-    expected = [float(row["lr"]) for row in read_rows(full)]
+    expected = [float(row["lr"]) for row in summary(full)]
     assert len(set(expected)) > 1
-    assert [float(row["lr"]) for row in read_rows(resumed)][3:] == expected[3:]
+    assert [float(row["lr"]) for row in summary(resumed)][3:] == expected[3:]
 
 
 @pytest.mark.cpu_only(reason="epoch bookkeeping is host-side")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 from pathlib import Path
 
 import pytest
@@ -220,55 +219,8 @@ def test_torchvision_dataset(tmp_path: Path) -> None:
     assert row["samples"] == 20
 
 
-# ---------------------------------------------------------------- bad input: one line, exit 2, no results file
-
-
-@pytest.fixture
-def results(tmp_path: Path) -> Path:
-    return tmp_path / "out" / "results.csv"
-
-
-def _bad(args: list[str], results: Path, *fragments: str, env: dict | None = None) -> None:
-    proc = run_script(["validate.py", *args, "--results-file", str(results)], env=env)
-    assert_usage_error(proc, *fragments)
-    assert not results.exists()
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_missing_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    _bad([str(tmp_path / "nope"), "--model", str(custom_model_dir)], results, "does not exist")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_empty_directory(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "empty").mkdir()
-    _bad([str(tmp_path / "empty"), "--model", str(custom_model_dir)], results, "no class folders")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_class_folders_without_images(results: Path, custom_model_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "d" / "cat").mkdir(parents=True)
-    (tmp_path / "d" / "cat" / "notes.txt").write_text("not an image")
-    _bad([str(tmp_path / "d"), "--model", str(custom_model_dir)], results, "no images found")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_empty_class_folder_among_full_ones_is_named(results: Path, custom_images: Path, tmp_path: Path) -> None:
-    """An empty folder still counts as a class in sorted-folder labelling; the message must say so
-    instead of a puzzling "labels up to 3 but 3 outputs"."""
-    import shutil
-
-    root = tmp_path / "imgs"
-    shutil.copytree(custom_images, root)
-    (root / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
-    model = write_model_folder(tmp_path / "unnamed", 3)  # no class names: labels by sorted folder order
-    _bad(
-        [str(root), "--model", str(model)],
-        results,
-        "has 4 classes but",
-        "has 3 outputs",
-        "aardvark holds no images but counts as a class",
-    )
+# ---------------------------------------------------------------- a corrupt image: one line, or skipped
+# (one line and no results file; the other bad input, one line each: tests/test_one_line_errors.py)
 
 
 def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
@@ -284,112 +236,21 @@ def _with_corrupt_image(custom_images: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_corrupt_image_error_and_skip(
-    device_type: str, results: Path, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+    device_type: str, custom_images: Path, custom_model_dir: Path, tmp_path: Path
 ) -> None:
     root = _with_corrupt_image(custom_images, tmp_path)
-    _bad(
-        [str(root), *device_flags(device_type), "--model", str(custom_model_dir)],
-        results,
-        "cannot read image",
-        "--on-bad-image skip",
+    results = tmp_path / "out" / "results.csv"
+    proc = run_script(
+        ["validate.py", str(root), *device_flags(device_type), "--model", str(custom_model_dir)]
+        + ["--results-file", str(results)]
     )
+    assert_usage_error(proc, "cannot read image", "--on-bad-image skip")
+    assert not results.exists()
     row = run_validate(
         [str(root), *device_flags(device_type), "--model", str(custom_model_dir), "--on-bad-image", "skip"],
         tmp_path / "skip.json",
     )
     assert row["samples"] == 12 and row["skipped"] == 2
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_unreadable_checkpoint(results: Path, custom_images: Path, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.pth"
-    bad.write_bytes(b"\x00garbage" * 10)
-    _bad(
-        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad)],
-        results,
-        "not a readable PyTorch checkpoint",
-    )
-    bad_st = tmp_path / "bad.safetensors"
-    bad_st.write_bytes(b"garbage")
-    _bad(
-        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(bad_st)],
-        results,
-        "not a readable safetensors file",
-    )
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_mismatched_checkpoint_names_keys(results: Path, custom_images: Path, custom_model_dir: Path) -> None:
-    _bad(
-        [
-            str(custom_images),
-            "--model",
-            "test_resnet",
-            "--num-classes",
-            "5",
-            "--checkpoint",
-            str(custom_model_dir / "model.safetensors"),
-        ],
-        results,
-        "does not fit the model",
-        "shape mismatch",
-        "fc.weight",
-    )
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_use_ema_without_ema_weights(
-    results: Path, custom_images: Path, custom_model_dir: Path, tmp_path: Path
-) -> None:
-    from safetensors.torch import load_file
-
-    ckpt = tmp_path / "plain.pth"
-    torch.save(load_file(str(custom_model_dir / "model.safetensors")), ckpt)
-    _bad(
-        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(ckpt), "--use-ema"],
-        results,
-        "has no state_dict_ema",
-    )
-
-
-class _Payload:
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        import os
-
-        return (os.system, (f"touch {self.marker}",))
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_malicious_pickle_never_runs(results: Path, custom_images: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
-    evil = tmp_path / "evil.pth"
-    with evil.open("wb") as handle:
-        pickle.dump({"state_dict": _Payload(str(marker))}, handle, protocol=2)
-    _bad(
-        [str(custom_images), "--model", "test_resnet", "--num-classes", "3", "--checkpoint", str(evil)],
-        results,
-        "refused",
-    )
-    assert not marker.exists()
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_unknown_model_suggests(results: Path, custom_images: Path) -> None:
-    _bad([str(custom_images), "--model", "resnet5O"], results, "unknown model 'resnet5O'", "did you mean")
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_hub_model_without_network(results: Path, custom_images: Path) -> None:
-    _bad(
-        [str(custom_images), "--model", "hf-hub:timm/resnet18.a1_in1k"],
-        results,
-        "could not be loaded",
-        "local model folder",
-        env={"HF_HUB_OFFLINE": "1"},
-    )
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
@@ -468,14 +329,6 @@ def test_preprocessing_and_model_flags(
         tmp_path / "b.json",
     )
     assert gray["img_size"] == 40 and gray["samples"] == 12
-
-
-@pytest.mark.cpu_only(reason="input checks: the run stops with one line before any device work")
-def test_torchvision_dataset_missing_suggests_download(tmp_path: Path, custom_model_dir: Path) -> None:
-    proc = run_script(
-        ["validate.py", "--dataset", "torch/cifar10", "--data-dir", str(tmp_path), "--model", str(custom_model_dir)]
-    )
-    assert_usage_error(proc, "--dataset torch/cifar10", "--dataset-download")
 
 
 def test_model_folder_weights_load_straight_onto_device(device: torch.device, custom_model_dir: Path) -> None:

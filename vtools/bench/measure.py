@@ -153,8 +153,8 @@ def _train_loop(
     workers: int,
 ) -> None:
     """train.py's own loaders and components (optimizer, schedule, loss, AMP) and its train_one_epoch."""
-    from vtools.train import assemble, options
     from vtools.runtime.distributed import DistInfo
+    from vtools.train import assemble, options
     from vtools.train.loop import train_one_epoch
 
     flags = [

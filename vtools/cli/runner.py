@@ -2,7 +2,7 @@
 
 Every entry point (``train.py``, ``validate.py``, ``inference.py``, ``vtools COMMAND``) goes through
 :func:`run_command`, so the first thing a command does is the guarded ``import torch``, and every
-failure a user can act on ends as one line with the exit code of the README's table. This module
+failure a user can act on ends as one line with the exit code of the table in docs/training.md. This module
 imports nothing heavy, so it works when torch cannot.
 """
 

@@ -16,8 +16,8 @@ torchrun put on this host) and from the device's row in the device table:
 The same reasoning places the next epoch's first batches: an accelerator
 validates while the host's workers decode them; where validation itself runs
 on the host's cores, decoding then would slow it down about as much as it
-saves (measured on cpu: validation of 300 images 0.28 s against 0.13 s), so
-the workers start once validation is over, during the checkpoint snapshot.
+saves (docs/performance.md has the measurement), so the workers start once
+validation is over, during the checkpoint snapshot.
 
 ``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side.
 ``--bind-cores`` pins each torchrun rank (and the loader workers it forks) to
@@ -27,7 +27,7 @@ table), that variable wins and vtools leaves affinity alone.
 
 The host allocator keeps freed memory: glibc returns large freed blocks to
 the system, so every training step page-faults its activations and gradients
-back in (thousands of faults per step for a ResNet-18 on cpu); raising its
+back in (docs/performance.md counts them); raising its
 trim and mmap thresholds once makes later steps reuse the same memory.
 """
 

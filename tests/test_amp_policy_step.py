@@ -1,4 +1,10 @@
-"""A timm training step under autocast (+ GradScaler for fp16) on every device."""
+"""vtools' AMP policy (vtools.runtime.amp.resolve_amp) driving a training step, on every device.
+
+The step is this file's own (a timm model, SGD, cross-entropy, with the autocast context and GradScaler
+the policy gives, as vtools.train.loop takes them), not the real loop: that is tests/test_training_loop.py.
+bf16 and fp16 steps stay finite and move the weights; an fp32 step equals cpu's. Also: safetensors load
+straight onto each device in each dtype.
+"""
 
 from __future__ import annotations
 

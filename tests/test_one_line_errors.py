@@ -1,0 +1,1144 @@
+"""Bad input ends a script with one line on stderr and exit code 2 (3: a run that failed on its own), no
+traceback, and nothing half-made — as a user meets it, each case a script run as a subprocess.
+
+One table, one test body. A row is ``Row(id, args, code, fragments, ...)``: the command line after
+``python`` (a script, ``-m vtools ...``), the exit code, and the words the one stderr line must hold.
+What a case needs beyond that is a keyword of its row:
+
+- ``files``: files written under the test's folder first (str contents are filled in, bytes are not);
+- ``setup(tmp, <fixture>...)``: anything more, called with the test's folder and the fixtures it names;
+- ``env``: environment on top of the test's (a value of None removes a variable);
+- ``checks``: callables ``(tmp, <fixture>... | line)`` run after the error, e.g. that no file was left;
+- ``cpu_only``: why the case runs once, on cpu (by default: input checks come before any device work);
+  None runs it on every device type, with ``DEVICE`` in its args where the device flags go.
+
+``{name}`` in args, env, file contents and fragments is filled in: ``tmp`` (the test's own folder),
+``data`` (the shipped subset), ``repo``, or a fixture of that name (``custom_images``, ``fashion4``...).
+
+Models that would need a download (``NEEDS_DOWNLOAD``) show that a check comes before the model is built:
+a check after model creation would show up as a network error instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+import pickle
+import shutil
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+from tests.conftest import (
+    CLASSES,
+    DEVICE_TYPES,
+    EMULATED_NPU_MODULE,
+    REPO,
+    assert_one_line_error,
+    broken_autoload_backend,
+    broken_torch_npu_package,
+    device_flags,
+    run_script,
+    train_args,
+    write_model_folder,
+)
+
+DATA = REPO / "data" / "fashion-mnist-mini"
+NEEDS_DOWNLOAD = ["--model", "resnet18.a1_in1k", "--pretrained"]
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+DEVICE = "{device flags}"  # in a row's args: --device <type> (and what it needs), for each device type
+INPUT_CHECKS = "input checks: the run stops with one line before any device work"
+DEVICE_SITUATION = "each case sets up the device situation it checks (missing, broken, hidden, out-of-range backends)"
+
+
+@dataclass
+class Row:
+    id: str
+    args: list[str]
+    code: int
+    fragments: list[str]
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    setup: Callable[..., None] | None = None
+    env: dict[str, str | None] | None = None
+    checks: tuple[Callable[..., None], ...] = ()
+    cpu_only: str | None = INPUT_CHECKS
+
+
+# ---------------------------------------------------------------- setups and checks that rows share
+
+
+def _folders(*relative: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        for name in relative:
+            (tmp / name).mkdir(parents=True)
+
+    return setup
+
+
+def _absent(relative: str) -> Callable[[Path], None]:
+    def check(tmp: Path) -> None:
+        assert not (tmp / relative).exists(), relative
+
+    return check
+
+
+def _no_csv_in(relative: str) -> Callable[[Path], None]:
+    def check(tmp: Path) -> None:
+        out = tmp / relative
+        assert not out.exists() or not any(out.glob("*.csv"))
+
+    return check
+
+
+def _nothing_written(tmp: Path) -> None:
+    assert not any(tmp.iterdir())  # nothing half-made
+
+
+def _no_download_mentioned(tmp: Path, line: str) -> None:
+    """Offline, a hub model would fail as a network error after retries; the data error must come first."""
+    assert "pretrained weights" not in line
+
+
+class _RunsCode:
+    """Unpickling it runs ``touch marker``: what loading weights must never do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _pickle_that_runs_code(name: str, protocol: int = 2) -> Callable[[Path], None]:
+    """protocol 2 is what torch.save writes; pickle.dump's default (5) is refused as well."""
+
+    def setup(tmp: Path) -> None:
+        (tmp / name).write_bytes(pickle.dumps({"state_dict": _RunsCode(tmp / "pwned")}, protocol=protocol))
+
+    return setup
+
+
+# model folders broken one way: a copy of custom_model_dir (test_resnet, 3 classes) at {tmp}/model
+
+
+def _model_folder(change: Callable[[Path], None]) -> Callable[[Path, Path], None]:
+    def setup(tmp: Path, custom_model_dir: Path) -> None:
+        shutil.copytree(custom_model_dir, tmp / "model")
+        change(tmp / "model")
+
+    return setup
+
+
+def _config_edit(edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    def change(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        edit(config)
+        (folder / "config.json").write_text(json.dumps(config))
+
+    return change
+
+
+def _weights_of(model_name: str, num_classes: int) -> Callable[[Path], None]:
+    def change(folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        save_file(
+            timm.create_model(model_name, num_classes=num_classes).state_dict(), str(folder / "model.safetensors")
+        )
+
+    return change
+
+
+def _no_weights(folder: Path) -> None:
+    (folder / "model.safetensors").unlink()
+
+
+def _pickled_weights(protocol: int) -> Callable[[Path], None]:
+    """pytorch_model.bin in place of model.safetensors, a pickle that runs ``touch {tmp}/pwned``."""
+
+    def change(folder: Path) -> None:
+        (folder / "model.safetensors").unlink()
+        state = {"conv1.0.weight": _RunsCode(folder.parent / "pwned")}
+        (folder / "pytorch_model.bin").write_bytes(pickle.dumps(state, protocol=protocol))
+
+    return change
+
+
+# Hugging Face tables (parquet, save_to_disk) and tar shards of custom_images (3 classes) as the validation split
+
+
+def _shards(tmp: Path, custom_images: Path, fmt: str, out: str) -> Path:
+    from vtools.data.shard_writer import convert
+
+    convert(custom_images, tmp / out, "c3", fmt, split="validation")
+    return tmp / out
+
+
+def _parquet_table(
+    name: str, change: Callable | None = None, keep_metadata: bool = True
+) -> Callable[[Path, Path], None]:
+    """{tmp}/<name>/data/validation-00000-of-00001.parquet, its columns changed by ``change(table) -> columns``."""
+
+    def setup(tmp: Path, custom_images: Path) -> None:
+        pytest.importorskip("datasets")
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = _shards(tmp, custom_images, "parquet", name) / "data" / "validation-00000-of-00001.parquet"
+        table = pq.read_table(path)
+        if change is not None:
+            metadata = table.schema.metadata if keep_metadata else None
+            table = pa.table(change(table)).replace_schema_metadata(metadata)
+            pq.write_table(table, path)
+
+    return setup
+
+
+def _labels(table) -> list[int]:
+    return table.column("label").to_pylist()
+
+
+def _int_image_column(table) -> dict:
+    import pyarrow as pa
+
+    return {"image": pa.array(range(table.num_rows), pa.int64()), "label": table.column("label")}
+
+
+def _string_labels(table) -> dict:
+    return {"image": table.column("image"), "label": [["cat", "dog", "fox"][label] for label in _labels(table)]}
+
+
+def _labels_plus_5(table) -> dict:
+    import pyarrow as pa
+
+    return {"image": table.column("image"), "label": pa.array([label + 5 for label in _labels(table)], pa.int64())}
+
+
+def _loading_script(tmp: Path) -> None:
+    pytest.importorskip("datasets")
+    (tmp / "script" / "script").mkdir(parents=True)
+    (tmp / "script" / "script" / "script.py").write_text("import datasets\n")
+
+
+def _script_beside_data(tmp: Path, custom_images: Path) -> None:
+    _parquet_table("both")(tmp, custom_images)
+    (tmp / "both" / "both.py").write_text("import datasets\n")
+
+
+def _saved_to_disk(relative: str, content: str) -> Callable[[Path, Path], None]:
+    """DatasetDict.save_to_disk at {tmp}/saved/saved, then ``relative`` in it overwritten with ``content``."""
+
+    def setup(tmp: Path, custom_images: Path) -> None:
+        datasets = pytest.importorskip("datasets")
+        parquet = _shards(tmp, custom_images, "parquet", "pq") / "data" / "validation-00000-of-00001.parquet"
+        saved = tmp / "saved" / "saved"
+        datasets.load_dataset("parquet", data_files={"validation": str(parquet)}).save_to_disk(str(saved))
+        (saved / relative).write_text(content)
+
+    return setup
+
+
+def _tar_shards_with_label(cls: bytes | None) -> Callable[[Path, Path], None]:
+    """{tmp}/w: tar shards (wds/c3), the 5th sample's .cls rewritten to ``cls`` (None: left as written)."""
+
+    def setup(tmp: Path, custom_images: Path) -> None:
+        folder = _shards(tmp, custom_images, "wds", "w")
+        if cls is None:
+            return
+        shard = folder / "c3-validation-000000.tar"
+        members = []
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                data = tar.extractfile(member).read()
+                if member.name == "000000004.cls":
+                    data = cls
+                    member.size = len(data)
+                members.append((member, data))
+        with tarfile.open(shard, "w") as tar:
+            for member, data in members:
+                tar.addfile(member, io.BytesIO(data))
+
+    return setup
+
+
+def _no_unlabelled_message(tmp: Path, line: str) -> None:
+    assert "no label" not in line
+
+
+def _plain_state_dict(tmp: Path, custom_model_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(custom_model_dir / "model.safetensors")), tmp / "plain.pth")
+
+
+def _integer_weights(tmp: Path) -> None:
+    from safetensors.torch import save_file
+
+    state = {
+        k: v.to(torch.int64) if v.is_floating_point() else v
+        for k, v in timm.create_model("test_resnet", num_classes=10).state_dict().items()
+    }
+    save_file(state, str(tmp / "ints.safetensors"))
+
+
+def _empty_class_folder_first(tmp: Path, custom_images: Path) -> None:
+    """An empty folder still counts as a class in sorted-folder labelling; the message must say so
+    instead of a puzzling "labels up to 3 but 3 outputs"."""
+    shutil.copytree(custom_images, tmp / "imgs")
+    (tmp / "imgs" / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
+    write_model_folder(tmp / "unnamed", 3)  # no class names: labels by sorted folder order
+
+
+def _only_empty_training_images(tmp: Path, fashion4: Path) -> None:
+    shutil.copytree(fashion4 / "val", tmp / "data" / "val")
+    for name in CLASSES:
+        (tmp / "data" / "train" / name).mkdir(parents=True)
+        (tmp / "data" / "train" / name / "empty.png").write_bytes(b"")
+
+
+RESUMABLE = [
+    "--data-dir",
+    "{data}",
+    "--model",
+    "test_resnet",
+    "--device",
+    "cpu",
+    "--workers",
+    "0",
+    "--img-size",
+    "28",
+    "--output",
+    "{tmp}",
+    "--experiment",
+    "run",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "200",
+]
+
+
+def _run_with_damaged_summary(tmp: Path) -> None:
+    from vtools.commands import train
+
+    assert train.main([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
+    (tmp / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
+
+
+def _blocker_intact(tmp: Path) -> None:
+    assert (tmp / "a_file").read_text() == "x"
+
+
+VALIDATE_RESULTS = ["--results-file", "{tmp}/out/results.csv"]  # and _absent("out/results.csv"): none written
+INFERENCE_RESULTS = ["--results-dir", "{tmp}/out"]  # and _no_csv_in("out")
+
+# ---------------------------------------------------------------- the table
+
+FLAG_VALUES = [  # validate.py and inference.py alike
+    (["--img-size", "0"], "--img-size must be a positive integer"),
+    (["--input-size", "3", "0", "0"], "--input-size needs three positive numbers"),
+    (["--workers", "-1"], "--workers must be 0"),
+    (["--in-chans", "0"], "--in-chans must be a positive integer"),
+    (["--mean", "0.5", "0.5"], "--mean needs one value per input channel"),
+    (["--std", "0", "0", "0"], "--std must not be 0"),
+    (["--batch-size", "nan"], "invalid int value"),
+    (["--batchsize", "8"], "did you mean --batch-size?"),
+]
+
+TRAINING_FLAGS = [
+    ("lr-nan", ["--lr", "nan"], "--lr must be a finite number"),
+    ("epochz", ["--epochz", "3"], "did you mean --epochs?"),
+    ("val-interval-0", ["--val-interval", "0"], "--val-interval must be a positive integer"),
+]
+
+YAML_VALUES = [  # data-dir, then the line: line numbers count data-dir as line 1
+    ("yaml-batch-size-null", "batch-size: null", "key 'batch-size' expects an integer, got null"),
+    ("yaml-epochs-null", "epochs: null", "key 'epochs' expects an integer, got null"),
+    ("yaml-model-null", "model: null", "key 'model' expects a value, got null"),
+    ("yaml-lr-twice", "lr: 0.1\nlr: 0.2", "key 'lr' is given twice (line 3)"),
+]
+
+YAML_TYPES = [  # data-dir, then the line; the config alone on the command line
+    ("yaml-epochs-many", "epochs: many", "key 'epochs' expects an integer"),
+    ("yaml-lr-list", "lr: [1, 2]", "key 'lr' expects a single value"),
+    ("yaml-amp-yes", "amp: 'yes'", "key 'amp' expects true or false"),
+    ("yaml-scale-one-value", "scale: [0.5]", "key 'scale' expects 2 values"),
+    ("yaml-clip-mode", "clip-mode: sideways", "key 'clip-mode' expects one of norm, value, agc"),
+    ("yaml-not-yaml", "epochs: [", "is not valid YAML"),
+]
+
+ROWS = [
+    # ------------------------------------------------ flag values, before any model is built
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-{flags[0].lstrip('-')}",
+            [script, "{data}/val", *NEEDS_DOWNLOAD, *flags],
+            2,
+            [fragment],
+            env=OFFLINE,
+        )
+        for script in ("validate.py", "inference.py")
+        for flags, fragment in FLAG_VALUES
+    ],
+    *[
+        Row(
+            f"train-{name}",
+            ["train.py", "--data-dir", "{data}", *NEEDS_DOWNLOAD, "--output", "{tmp}", *flags],
+            2,
+            [fragment],
+            env=OFFLINE,
+            checks=(_nothing_written,),
+        )
+        for name, flags, fragment in TRAINING_FLAGS
+    ],
+    Row(
+        "validate-negative-profile",
+        ["validate.py", "{data}/val", "--model", "test_resnet", "--profile", "-1"],
+        2,
+        ["--profile must be 0 (off) or a number of steps"],
+    ),
+    *[
+        Row(
+            f"bench{flag}-0",
+            ["-m", "vtools", "bench", flag, "0"],
+            2,
+            [flag, "must be 1 or more"],
+            cpu_only="the counts are refused before any device is resolved",
+        )
+        for flag in ("--repeats", "--recipe-epochs", "--steps")
+    ],
+    # ------------------------------------------------ data, checked before any model download
+    *[
+        Row(
+            f"validate-data-{name}-before-download",
+            ["validate.py", "{tmp}/val", *NEEDS_DOWNLOAD],
+            2,
+            ["{tmp}/val"],
+            setup=setup,
+            env=OFFLINE,
+            checks=(_no_download_mentioned,),
+        )
+        for name, setup in (("missing", None), ("empty", _folders("val")), ("no-images", _folders("val/bag")))
+    ],
+    Row(
+        "validate-missing-directory",
+        ["validate.py", "{tmp}/nope", "--model", "{custom_model_dir}", *VALIDATE_RESULTS],
+        2,
+        ["does not exist"],
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-empty-directory",
+        ["validate.py", "{tmp}/empty", "--model", "{custom_model_dir}", *VALIDATE_RESULTS],
+        2,
+        ["no class folders"],
+        setup=_folders("empty"),
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-class-folders-without-images",
+        ["validate.py", "{tmp}/d", "--model", "{custom_model_dir}", *VALIDATE_RESULTS],
+        2,
+        ["no images found"],
+        files={"d/cat/notes.txt": "not an image"},
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-empty-class-folder-among-full-ones",
+        ["validate.py", "{tmp}/imgs", "--model", "{tmp}/unnamed", *VALIDATE_RESULTS],
+        2,
+        ["has 4 classes but", "has 3 outputs", "aardvark holds no images but counts as a class"],
+        setup=_empty_class_folder_first,
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-torchvision-dataset-missing",
+        ["validate.py", "--dataset", "torch/cifar10", "--data-dir", "{tmp}", "--model", "{custom_model_dir}"],
+        2,
+        ["--dataset torch/cifar10", "--dataset-download"],
+    ),
+    Row(
+        "inference-missing-source",
+        ["inference.py", "{tmp}/nothing", "--model", "{custom_model_dir}", *INFERENCE_RESULTS],
+        2,
+        ["does not exist"],
+        checks=(_no_csv_in("out"),),
+    ),
+    Row(
+        "inference-no-images",
+        ["inference.py", "{tmp}/docs", "--model", "{custom_model_dir}", *INFERENCE_RESULTS],
+        2,
+        ["no images found"],
+        files={"docs/a.txt": "hello"},
+        checks=(_no_csv_in("out"),),
+    ),
+    # ------------------------------------------------ where results go
+    Row(
+        "validate-unwritable-results-file",
+        [
+            "validate.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--results-file",
+            "{tmp}/a_file/results.csv",
+        ],
+        2,
+        ["--results-file"],
+        files={"a_file": "x"},  # a file where a folder is needed
+        checks=(_blocker_intact,),
+    ),
+    Row(
+        "inference-unwritable-results-dir",
+        [
+            "inference.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--results-dir",
+            "{tmp}/a_file/results.csv",
+        ],
+        2,
+        ["cannot create folder"],
+        files={"a_file": "x"},
+        checks=(_blocker_intact,),
+    ),
+    Row(
+        "plot-needs-a-run",
+        ["-m", "vtools", "plot", "{tmp}", "-o", "{tmp}/x.png"],
+        2,
+        ["no summary.csv"],
+        checks=(_absent("x.png"),),
+        cpu_only="logging and drawing are host-side; device training: test_train.py",
+    ),
+    # ------------------------------------------------ models and checkpoints
+    Row(
+        "validate-unknown-model-suggests",
+        ["validate.py", "{custom_images}", "--model", "resnet5O", *VALIDATE_RESULTS],
+        2,
+        ["unknown model 'resnet5O'", "did you mean"],
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "inference-unknown-model-suggests",
+        ["inference.py", "{custom_images}", "--model", "vit_tiny_patch16_22", *INFERENCE_RESULTS],
+        2,
+        ["unknown model", "did you mean"],
+        checks=(_no_csv_in("out"),),
+    ),
+    Row(
+        "validate-hub-model-without-network",
+        ["validate.py", "{custom_images}", "--model", "hf-hub:timm/resnet18.a1_in1k", *VALIDATE_RESULTS],
+        2,
+        ["the Hugging Face Hub cannot be used (HF_HUB_OFFLINE is set)", "local model folder"],
+        env=OFFLINE,
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "inference-model-folder-without-config",
+        ["inference.py", "{custom_images}", "--model", "{tmp}/empty_model", *INFERENCE_RESULTS],
+        2,
+        ["has no config.json"],
+        setup=_folders("empty_model"),
+        checks=(_no_csv_in("out"),),
+    ),
+    Row(
+        "validate-model-folder-config-not-an-object",
+        ["validate.py", "{data}/val", "--model", "{tmp}/model", "--device", "cpu"],
+        2,
+        ["config.json must hold an object"],
+        files={"model/config.json": "[1, 2]"},
+    ),
+    Row(
+        "validate-empty-checkpoint",
+        ["validate.py", "{data}/val", "--model", "test_resnet", "--num-classes", "10"]
+        + ["--checkpoint", "{tmp}/empty.pth", "--device", "cpu"],
+        2,
+        ["is empty (0 bytes)"],
+        files={"empty.pth": b""},
+    ),
+    Row(
+        "train-empty-initial-checkpoint",
+        ["train.py", "--data-dir", "{data}", "--model", "test_resnet", "--initial-checkpoint", "{tmp}/empty.pth"]
+        + ["--device", "cpu", "--output", "{tmp}/out"],
+        2,
+        ["is empty (0 bytes)"],
+        files={"empty.pth": b""},
+    ),
+    Row(
+        "validate-unreadable-pytorch-checkpoint",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "3"]
+        + ["--checkpoint", "{tmp}/bad.pth", *VALIDATE_RESULTS],
+        2,
+        ["not a readable PyTorch checkpoint"],
+        files={"bad.pth": b"\x00garbage" * 10},
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-unreadable-safetensors",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "3"]
+        + ["--checkpoint", "{tmp}/bad.safetensors", *VALIDATE_RESULTS],
+        2,
+        ["not a readable safetensors file"],
+        files={"bad.safetensors": b"garbage"},
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-mismatched-checkpoint-names-keys",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "5"]
+        + ["--checkpoint", "{custom_model_dir}/model.safetensors", *VALIDATE_RESULTS],
+        2,
+        ["does not fit the model", "shape mismatch", "fc.weight"],
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-integer-weights-into-float-model",
+        ["validate.py", "{data}/val", "--model", "test_resnet", "--num-classes", "10"]
+        + ["--checkpoint", "{tmp}/ints.safetensors", "--device", "cpu"],
+        2,
+        ["integer vs floating-point", "torch.int64 vs torch.float32"],
+        setup=_integer_weights,
+    ),
+    Row(
+        "validate-use-ema-without-ema-weights",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "3"]
+        + ["--checkpoint", "{tmp}/plain.pth", "--use-ema", *VALIDATE_RESULTS],
+        2,
+        ["has no state_dict_ema"],
+        setup=_plain_state_dict,
+        checks=(_absent("out/results.csv"),),
+    ),
+    Row(
+        "validate-malicious-pickle-never-runs",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "3"]
+        + ["--checkpoint", "{tmp}/evil.pth", *VALIDATE_RESULTS],
+        2,
+        ["refused"],
+        setup=_pickle_that_runs_code("evil.pth"),
+        checks=(_absent("out/results.csv"), _absent("pwned")),
+    ),
+    Row(
+        "validate-malicious-pickle-protocol-5-never-runs",
+        ["validate.py", "{custom_images}", "--model", "test_resnet", "--num-classes", "3"]
+        + ["--checkpoint", "{tmp}/evil.pth", *VALIDATE_RESULTS],
+        2,
+        ["was refused", "posix.system"],
+        setup=_pickle_that_runs_code("evil.pth", protocol=5),
+        checks=(_absent("out/results.csv"), _absent("pwned")),
+    ),
+    *[
+        Row(
+            f"validate-model-kwargs-not-taken-{name}",
+            ["validate.py", "{custom_images}", *model, "--model-kwargs", "bogus=1", *VALIDATE_RESULTS],
+            2,
+            ["--model-kwargs bogus", "does not take 'bogus'"],
+            checks=(_absent("out/results.csv"),),
+        )
+        for name, model in (
+            ("model-folder", ["--model", "{custom_model_dir}"]),
+            ("timm-name", ["--model", "test_resnet", "--num-classes", "3"]),
+        )
+    ],
+    # model folders whose config.json and weights do not make a model, through validate.py and inference.py
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-model-folder-{case}",
+            [script, "{custom_images}", "--model", "{tmp}/model", *extra, *results],
+            2,
+            fragments,
+            setup=_model_folder(change),
+            checks=(absent, _absent("pwned")),
+        )
+        for script, results, absent in (
+            ("validate.py", VALIDATE_RESULTS, _absent("out/results.csv")),
+            ("inference.py", INFERENCE_RESULTS, _no_csv_in("out")),
+        )
+        for case, change, extra, fragments in (
+            (
+                "architecture-not-of-the-weights",
+                _config_edit(lambda c: c.update(architecture="resnet18")),
+                [],
+                ["model folder {tmp}/model", "model.safetensors does not fit resnet18", "config.json", "missing:"],
+            ),
+            (
+                "architecture-not-of-the-weights-new-head",
+                _config_edit(lambda c: c.update(architecture="resnet18")),
+                ["--num-classes", "5"],
+                ["does not fit resnet18"],
+            ),
+            (
+                "unknown-model-arg",
+                _config_edit(lambda c: c["model_args"].update(bogus_arg=1)),
+                [],
+                ["config.json's model_args has 'bogus_arg'", "remove it from model_args"],
+            ),
+            (
+                "model-args-a-list",
+                _config_edit(lambda c: c.update(model_args=[3, 3])),
+                [],
+                ["'model_args' must be an object", "not a list"],
+            ),
+            (
+                "no-architecture",
+                _config_edit(lambda c: c.pop("architecture")),
+                [],
+                ["config.json has no 'architecture'", "add it"],
+            ),
+            (
+                "unknown-architecture",
+                _config_edit(lambda c: c.update(architecture="resnet10x")),
+                [],
+                ["'resnet10x' is not a timm model", "did you mean resnet10t"],
+            ),
+            ("no-weights", _no_weights, [], ["model.safetensors is missing"]),
+            (
+                "weights-of-another-model",
+                _weights_of("resnet10t", 3),
+                [],
+                ["model.safetensors does not fit test_resnet", "shape mismatch"],
+            ),
+            (
+                "weights-for-5-classes",
+                _weights_of("test_resnet", 5),
+                [],
+                ["does not fit test_resnet", "fc.weight (5, 96) vs (3, 96)"],
+            ),
+            (
+                "pickle-that-runs-code",
+                _pickled_weights(2),
+                [],
+                ["{tmp}/model/pytorch_model.bin was refused", "would run code"],
+            ),
+            (
+                "pickle-protocol-5-that-runs-code",
+                _pickled_weights(5),
+                [],
+                ["pytorch_model.bin was refused", "would run code", "posix.system"],
+            ),
+        )
+    ],
+    # Hugging Face tables that are not image classification data (the setups skip without datasets)
+    *[
+        Row(
+            f"validate-hfds-{case}",
+            ["validate.py", "--dataset", f"hfds/{name}", "--data-dir", f"{{tmp}}/{name}", "--model"]
+            + ["{custom_model_dir}", *VALIDATE_RESULTS],
+            2,
+            fragments,
+            setup=setup,
+            checks=(_absent("out/results.csv"),),
+        )
+        for case, name, setup, fragments in (
+            (
+                "image-column-of-integers",
+                "intimage",
+                _parquet_table("intimage", _int_image_column, keep_metadata=False),
+                ["column 'image'", "holds int64, not images", "--input-key"],
+            ),
+            (
+                "string-labels",
+                "strlabels",
+                _parquet_table("strlabels", _string_labels, keep_metadata=False),
+                ["holds string values", "(e.g. 'cat')", "not class indices", "class_encode_column"],
+            ),
+            (
+                "labels-out-of-range",
+                "outofrange",
+                _parquet_table("outofrange", _labels_plus_5),
+                ["has label 7 in column 'label'", "out of range for its 3 class names", "cat, dog, fox", "ClassLabel"],
+            ),
+            (
+                "loading-script",
+                "script",
+                _loading_script,
+                ["holds a dataset loading script (script.py)", "parquet"],
+            ),
+            (
+                "loading-script-beside-data",
+                "both",
+                _script_beside_data,
+                ["holds a dataset loading script (both.py) beside its data files", "move both.py out"],
+            ),
+            (
+                "dataset-dict-not-json",
+                "saved",
+                _saved_to_disk("dataset_dict.json", '{"splits": ["validation"'),
+                ["{tmp}/saved/saved/dataset_dict.json is not readable JSON", "save_to_disk"],
+            ),
+            (
+                "dataset-dict-a-list",
+                "saved",
+                _saved_to_disk("dataset_dict.json", "[1, 2]"),
+                ["dataset_dict.json holds a JSON list, not an object"],
+            ),
+            (
+                "split-state-not-json",
+                "saved",
+                _saved_to_disk("validation/state.json", "{oops"),
+                ["validation/state.json is not readable JSON", "save_to_disk"],
+            ),
+        )
+    ],
+    # tar shards: a .cls outside the classes of _info.json, and the reader's package missing
+    *[
+        Row(
+            f"validate-wds-label-{name}-out-of-range",
+            ["validate.py", "--dataset", "wds/c3", "--data-dir", "{tmp}/w", "--model", "{custom_model_dir}"]
+            + VALIDATE_RESULTS,
+            2,
+            [
+                "{tmp}/w/c3-validation-000000.tar:000000004",
+                f"label {cls.decode()} (.cls) is out of range",
+                "class indices 0..2 for the 3 classes of {tmp}/w/_info.json",
+            ],
+            setup=_tar_shards_with_label(cls),
+            checks=(_absent("out/results.csv"), _no_unlabelled_message),
+        )
+        for name, cls in (("7", b"7"), ("minus-1", b"-1"))
+    ],
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-wds-without-wids-names-the-install",
+            [script, *source, "--dataset", "wds/c3", "--model", "{custom_model_dir}", *results],
+            2,
+            ["--dataset wds/c3 needs the package wids, which is not installed", "pip install wids"],
+            setup=_tar_shards_with_label(None),
+            files={"shadow/wids/__init__.py": "raise ImportError('No module named wids')\n"},
+            env={"PYTHONPATH": f"{{tmp}}/shadow{os.pathsep}{{repo}}"},
+            checks=(absent,),
+        )
+        for script, source, results, absent in (
+            ("validate.py", ["--data-dir", "{tmp}/w"], VALIDATE_RESULTS, _absent("out/results.csv")),
+            ("inference.py", ["{tmp}/w"], INFERENCE_RESULTS, _no_csv_in("out")),
+        )
+    ],
+    # ------------------------------------------------ resuming
+    Row(
+        "train-resume-pickle-that-runs-code",
+        ["train.py", "--data-dir", "{data}", "--model", "test_resnet", "--device", "cpu"]
+        + ["--resume", "{tmp}/evil.pth.tar", "--output", "{tmp}/out"],
+        2,
+        ["--resume", "refused: loading it would run code"],
+        setup=_pickle_that_runs_code("evil.pth.tar"),
+        checks=(_absent("pwned"),),
+    ),
+    Row(
+        "train-resume-damaged-summary",
+        ["train.py", *RESUMABLE, "--epochs", "2", "--resume", "auto"],
+        2,
+        ["summary.csv is damaged"],
+        setup=_run_with_damaged_summary,
+    ),
+    Row(
+        "train-resume-missing-checkpoint",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--resume", "{tmp}/nope.pth"),
+        2,
+        ["--resume", "no such checkpoint"],
+        checks=(_absent("r"),),
+    ),
+    Row(
+        "train-resume-unreadable-checkpoint",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--resume", "{tmp}/junk.pth.tar"),
+        2,
+        ["not a readable training checkpoint"],
+        files={"junk.pth.tar": b"not a checkpoint"},
+        checks=(_absent("r"),),
+    ),
+    # ------------------------------------------------ configuration files
+    *[
+        Row(
+            name,
+            ["train.py", "-c", "{tmp}/run.yaml", "--output", "{tmp}/out"],
+            2,
+            [fragment],
+            files={"run.yaml": f"data-dir: {{data}}\n{line}\n"},
+        )
+        for name, line, fragment in YAML_VALUES
+    ],
+    *[
+        Row(
+            name,
+            ["train.py", "-c", "{tmp}/bad.yaml"],
+            2,
+            [fragment],
+            files={"bad.yaml": f"data-dir: {{fashion4}}\n{line}\n"},
+        )
+        for name, line, fragment in YAML_TYPES
+    ],
+    Row(
+        "yaml-unknown-key",
+        ["train.py", "-c", "{tmp}/bad.yaml"],
+        2,
+        ["unknown key 'learning-rate'"],
+        files={"bad.yaml": "data-dir: {fashion4}\nmodel: test_resnet\nlearning-rate: 0.1\n"},
+    ),
+    Row(
+        "yaml-unknown-key-suggests",
+        ["train.py", "-c", "{tmp}/bad.yaml"],
+        2,
+        ["unknown key 'warmup_epoch'", "did you mean 'warmup_epochs'"],
+        files={"bad.yaml": "data-dir: {fashion4}\nwarmup_epoch: 1\n"},
+    ),
+    Row(
+        "yaml-not-utf8",
+        ["train.py", "-c", "{tmp}/run.yaml"],
+        2,
+        ["is not UTF-8 text"],
+        files={"run.yaml": b"lr: \xff\xfe\n"},
+    ),
+    Row("yaml-is-a-folder", ["train.py", "-c", "{tmp}"], 2, ["is a folder, not a YAML file"]),
+    # ------------------------------------------------ training
+    Row(
+        "train-sync-bn-on-cpu",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "s", "--device", "cpu", "--sync-bn"),
+        2,
+        ["--sync-bn needs an accelerator"],
+        cpu_only="a refusal specific to cpu",
+    ),
+    Row(
+        "train-unavailable-dist-backend",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "d", "--device", "cpu", "--dist-backend", "hccl"),
+        2,
+        ["'hccl' for cpu is not available"],
+    ),
+    Row(
+        "train-mixup-needs-an-even-batch",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "odd", "--device", "cpu", "--batch-size", "3", "--mixup", "0.2"),
+        2,
+        ["--batch-size must be even"],
+    ),
+    Row(
+        "train-num-classes-fewer-than-the-data",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--num-classes", "2"),
+        2,
+        ["--num-classes 2 is fewer than the 4 classes of", "leave --num-classes out"],
+        checks=(_absent("r"),),
+    ),
+    Row(
+        "train-no-readable-training-image",
+        train_args(Path("{tmp}/data"), Path("{tmp}"), "none", "--device", "cpu", "--epochs", "1")
+        + ["--batch-size", "2", "--on-bad-image", "skip"],
+        2,
+        ["no readable training image is left"],
+        setup=_only_empty_training_images,
+        cpu_only="decoding is host-side; the run stops before training",
+    ),
+    Row(
+        "train-missing-tensorboard-names-the-install",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
+        2,
+        ["--log-tensorboard needs the package tensorboard", "requirements-deploy.txt"],
+        files={"shadow/tensorboard/__init__.py": "raise ImportError('No module named tensorboard')\n"},
+        env={"PYTHONPATH": f"{{tmp}}/shadow{os.pathsep}{{repo}}"},
+        checks=(_absent("run"),),
+        cpu_only="logging and drawing are host-side; device training: test_train.py",
+    ),
+    # A diverged run is not bad input: its own exit code, 3 (a huge mean: the inputs overflow float32).
+    Row(
+        "train-non-finite-loss-names-epoch-and-step",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "nan", DEVICE, "--mean", "3e38", "3e38", "3e38"),
+        3,
+        ["non-finite", "epoch 0 step 0"],
+        cpu_only=None,
+    ),
+    # ------------------------------------------------ devices: missing, broken, hidden, out of range
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-malformed-device",
+            [script, "--device", "npu:x"],
+            2,
+            ["malformed --device 'npu:x'"],
+            cpu_only=DEVICE_SITUATION,
+        )
+        for script in ("train.py", "validate.py", "inference.py")
+    ],
+    Row(
+        "negative-device-index",
+        ["validate.py", "--device", "cuda:-1"],
+        2,
+        ["malformed", "cuda:-1"],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "unknown-device-type",
+        ["inference.py", "--device", "quantum"],
+        2,
+        ["unknown device type 'quantum'"],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "backend-not-installed",
+        ["train.py", "--device", "npu"],
+        2,
+        ["needs the package torch_npu, which is not installed", "torch"],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    # torch_npu importable but failing (no CANN), with autoload off so torch itself imports
+    Row(
+        "backend-installed-but-broken",
+        ["validate.py", "--device", "npu"],
+        2,
+        ["torch_npu is installed but failed to load", "libascendcl.so", "set_env.sh"],
+        setup=broken_torch_npu_package,
+        env={"PYTHONPATH": "{tmp}:{repo}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        cpu_only=DEVICE_SITUATION,
+    ),
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-backend-breaks-import-torch",
+            [script, "--device", "cpu"],
+            2,
+            ["Failed to load the backend extension", "TORCH_DEVICE_BACKEND_AUTOLOAD=0", "set_env.sh", "libhccl.so"],
+            setup=broken_autoload_backend,
+            env={"PYTHONPATH": "{tmp}:{repo}"},
+            cpu_only=DEVICE_SITUATION,
+        )
+        for script in ("train.py", "validate.py", "inference.py")
+    ],
+    # the emulated npu with every device hidden: the type exists, no device is visible
+    Row(
+        "device-type-present-but-unavailable",
+        ["validate.py", "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
+        2,
+        ["no device is available", "ASCEND_RT_VISIBLE_DEVICES="],
+        env={"ASCEND_RT_VISIBLE_DEVICES": ""},
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "device-index-out-of-range-names-visibility",
+        ["inference.py", "--device", "npu:3", "--device-modules", EMULATED_NPU_MODULE],
+        2,
+        ["npu:3 requested, 2 visible; ASCEND_RT_VISIBLE_DEVICES=4,5"],
+        env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"},
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "unimportable-device-module",
+        ["train.py", "--device", "npu", "--device-modules", "no_such_mod"],
+        2,
+        ["--device-modules: cannot import 'no_such_mod'"],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    # issue 21: inputs that ended in a traceback, and the refusals that keep a run from doing something else
+    *[
+        Row(
+            f"train-{case}",
+            ["train.py", "--data-dir", "{fashion4}", "--model", "test_resnet", "--epochs", "1", *extra],
+            2,
+            fragments,
+            files={"afile": "not a folder"},
+        )
+        for case, extra, fragments in (
+            ("output-is-a-file", ["--output", "{tmp}/afile"], ["--output {tmp}/afile is a file, not a folder"]),
+            ("output-under-a-file", ["--output", "{tmp}/afile/sub"], ["--output {tmp}/afile/sub: cannot create it"]),
+            ("output-under-proc", ["--output", "/proc/vtools-out"], ["--output /proc/vtools-out: cannot create it"]),
+            (
+                "experiment-is-a-file",
+                ["--output", "{tmp}", "--experiment", "afile"],
+                ["--experiment afile: {tmp}/afile is a file, not a run folder"],
+            ),
+            ("negative-lr", ["--output", "{tmp}/out", "--lr", "-1"], ["--lr must be 0 or more, got -1.0"]),
+            ("smoothing-above-1", ["--output", "{tmp}/out", "--smoothing", "1.5"], ["--smoothing must be from 0"]),
+            ("drop-above-1", ["--output", "{tmp}/out", "--drop", "1.5"], ["--drop must be from 0"]),
+        )
+    ],
+    Row(
+        "yaml-names-one-option-twice",
+        ["train.py", "-c", "{tmp}/run.yaml"],
+        2,
+        ["'batch_size' and 'batch-size' are the same option, given twice"],
+        files={"run.yaml": "data-dir: {fashion4}\nbatch_size: 64\nbatch-size: 32\n"},
+        checks=(_absent("runs"),),
+    ),
+    Row(
+        "device-module-that-raises",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--device-modules", "raising_backend"],
+        2,
+        ["--device-modules: importing 'raising_backend' failed (RuntimeError: no driver)"],
+        files={"raising_backend.py": "raise RuntimeError('no driver')\n"},
+        env={"PYTHONPATH": "{tmp}:{repo}"},
+        cpu_only=DEVICE_SITUATION,
+    ),
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-under-torchrun",
+            [script, "{custom_images}", "--model", "{custom_model_dir}"],
+            2,
+            [f"{script} runs in one process, but torchrun started 2"],
+            env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"},
+        )
+        for script in ("validate.py", "inference.py")
+    ],
+    Row(
+        "unreachable-hub-said-at-once-without-retries",
+        ["validate.py", "{custom_images}", *NEEDS_DOWNLOAD],
+        2,
+        ["the Hugging Face Hub cannot be used (127.0.0.1", "not in the local cache", "local model folder"],
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": "{tmp}/hf", "HF_HUB_OFFLINE": None},
+    ),
+]
+
+
+def _params(rows: list[Row]) -> list:
+    """Each row once, marked cpu_only with its reason, or once per device type (a row with DEVICE)."""
+    params = []
+    for row in rows:
+        assert (DEVICE in row.args) == (row.cpu_only is None), (
+            f"{row.id}: DEVICE in its args exactly when cpu_only=None"
+        )
+        if row.cpu_only is None:
+            params += [pytest.param(row, device_type, id=f"{row.id}-{device_type}") for device_type in DEVICE_TYPES]
+        else:
+            params.append(pytest.param(row, "cpu", id=row.id, marks=pytest.mark.cpu_only(reason=row.cpu_only)))
+    ids = [param.id for param in params]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    return params
+
+
+class _Placeholders(dict):
+    """The values of ``{name}``: tmp, data, repo, or the fixture of that name, requested when first used."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp: Path) -> None:
+        super().__init__(tmp=tmp, data=DATA, repo=REPO)
+        self.request = request
+
+    def __missing__(self, name: str) -> object:
+        self[name] = self.request.getfixturevalue(name)
+        return self[name]
+
+    def fill(self, text: str) -> str:
+        return text.format_map(self)
+
+    def arguments(self, function: Callable[..., None], **given: object) -> dict[str, object]:
+        """What ``function(tmp, ...)`` asks for after the test's folder, by parameter name."""
+        names = list(inspect.signature(function).parameters)[1:]
+        return {name: given[name] if name in given else self[name] for name in names}
+
+
+@pytest.mark.parametrize("row, device_type", _params(ROWS))
+def test_one_line_error(row: Row, device_type: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    values = _Placeholders(request, tmp_path)
+    for relative, content in row.files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(values.fill(content))
+    if row.setup is not None:
+        row.setup(tmp_path, **values.arguments(row.setup))
+    args = [
+        filled for arg in row.args for filled in (device_flags(device_type) if arg == DEVICE else [values.fill(arg)])
+    ]
+    env = {name: None if value is None else values.fill(value) for name, value in (row.env or {}).items()}
+    proc = run_script(args, env=env)
+    line = assert_one_line_error(proc, row.code, *(values.fill(fragment) for fragment in row.fragments))
+    for check in row.checks:
+        check(tmp_path, **values.arguments(check, line=line))
