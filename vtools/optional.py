@@ -9,6 +9,7 @@ from vtools.errors import UsageError
 
 DEPLOY = "pip install -r requirements-deploy.txt"  # onnx, onnxruntime, tensorboard, matplotlib
 HF = "pip install -r requirements-hf.txt"  # datasets
+SHARDS = "pip install wids (or pip install -r requirements.txt)"  # tar shards: --dataset wds/...
 
 
 def optional_module(name: str, purpose: str, install: str = DEPLOY) -> ModuleType:

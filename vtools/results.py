@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,11 +18,14 @@ RESULT_FORMATS = ("csv", "json", "jsonl")
 
 
 def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
-    """Rows as csv (header from the union of keys, in first-seen order), json or jsonl."""
+    """Rows as csv (header from the union of keys, in first-seen order), json or jsonl. A number that is
+    not finite (nan, inf) is written as null in json and jsonl and as an empty cell in csv, which pandas
+    reads as NaN: never as a bare NaN, which is not JSON."""
+    rows = [finite_or_none(row) for row in rows]
     if fmt == "json":
-        return json.dumps(list(rows), indent=2) + "\n"
+        return json.dumps(rows, indent=2, allow_nan=False) + "\n"
     if fmt == "jsonl":
-        return "".join(json.dumps(row) + "\n" for row in rows)
+        return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
     if fmt == "csv":
         flat = [_flatten(row) for row in rows]
         columns: list[str] = []
@@ -33,6 +37,17 @@ def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
         writer.writerows(flat)
         return buffer.getvalue()
     raise UsageError(f"unknown results format {fmt!r} (choose from {', '.join(RESULT_FORMATS)})")
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float (nan, inf) replaced by None, in nested rows too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def _flatten(row: dict[str, Any]) -> dict[str, Any]:

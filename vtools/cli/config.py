@@ -137,6 +137,9 @@ def yaml_defaults(parser: argparse.ArgumentParser, data: dict[str, Any], source:
             close = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UsageError(f"config {source}: unknown key '{raw_key}'{hint}")
+        if key in merged:
+            first = next(str(k) for k in data if str(k).replace("-", "_") == key)
+            raise UsageError(f"config {source}: '{first}' and '{raw_key}' are the same option, given twice")
         merged[key] = _coerce(str(raw_key), value, options[key], source)
     return merged
 

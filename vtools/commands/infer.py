@@ -37,6 +37,7 @@ from vtools.models.folder import LABEL_TYPES, label_lookup
 from vtools.models.prepare import prepare_for_eval, use_channels_last
 from vtools.observe.profiling import StepProfiler
 from vtools.results import RESULT_FORMATS, format_table, write_rows
+from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import setup_runtime
 
 CONSOLE_ROWS = 50
@@ -134,6 +135,7 @@ def make_rows(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refuse_torchrun("inference.py")
     check_values(args)
     runtime = setup_runtime(args)
     source = args.data or args.data_dir

@@ -11,6 +11,8 @@ Options come from the defaults, then the YAML file (-c), then the command line.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ import torch
 from vtools.atomic import atomic_write_text, check_writable
 from vtools.cli.config import dump_config, parse_with_config
 from vtools.cli.parser import check_values
-from vtools.errors import UsageError
+from vtools.data.readers.registry import Source
+from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult, evaluate
 from vtools.models.create import create_model, weights_description
 from vtools.models.folder import export_model_folder
@@ -54,11 +57,14 @@ from vtools.train.resume import (
     RunFolder,
     carry_best_checkpoint,
     choose_run_folder,
+    experiment_changes,
     read_summary,
     restore,
     training_state,
 )
-from vtools.train.run_lock import owned_folder
+from vtools.train.run_lock import FolderClaim, owned_folder
+
+CONFIG_NAMES = ("config.yaml", "args.yaml")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,11 +87,13 @@ def main(argv: list[str] | None = None) -> int:
 def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> int:
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(args, dist_info)
-    with owned_folder(run.path, enabled=dist_info.is_main):
-        return run_training(args, run, runtime, dist_info)
+    with owned_folder(run.path, enabled=dist_info.is_main, made=run.made) as claim:
+        return run_training(args, run, runtime, dist_info, claim)
 
 
-def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dist_info: DistInfo) -> int:
+def run_training(
+    args: argparse.Namespace, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
+) -> int:
     say = print if dist_info.is_main else (lambda *a, **k: None)
     device, amp = runtime.device, runtime.amp
     out_dir = run.path
@@ -100,7 +108,10 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
     if not classes and not args.num_classes:
         raise UsageError(f"--dataset {args.dataset} does not name its classes: pass --num-classes")
     num_classes = args.num_classes or len(classes)
+    check_labels_fit(train_source, classes, num_classes)
     classes = classes or [str(label) for label in range(num_classes)]
+    if resume_state is not None:
+        check_same_experiment(resume_state, run.resume, args, classes, len(train_source), dist_info, say)
     model = create_model(
         args.model,
         pretrained=args.pretrained,
@@ -114,21 +125,31 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
     )
     loaders = build_loaders(args, model, train_source, val_source, device, dist_info, runtime.budget.workers)
     parts, lr, num_epochs = build_components(args, model, loaders, num_classes, device, amp, dist_info)
-    manager = CheckpointManager(out_dir, keep=args.checkpoint_hist, higher_is_better=args.eval_metric != "loss")
+    manager = CheckpointManager(
+        out_dir,
+        keep=args.checkpoint_hist,
+        higher_is_better=args.eval_metric != "loss",
+        on_write=lambda path: claim.wrote(path, created=not path.exists(), keep=True),
+    )
     position = Position()
     if resume_state is not None:
-        position, note = restore(resume_state, parts, manager, device, dist_info, args.seed)
+        position, note = restore(resume_state, parts, manager, device, dist_info, args.seed, args.batch_size)
         say(f"resumed from {run.resume} at epoch {position.epoch}, step {position.step}{note}")
     wrap_for_speed(parts, args, device, dist_info)
     if dist_info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        carry_best_checkpoint(run.resume, out_dir)
-        atomic_write_text(out_dir / "config.yaml", dump_config(args, out_dir / "config.yaml"))
+        carry_best_checkpoint(run.resume, manager)
+        write_run_config(args, claim, say)
     say(
         f"training {args.model} on {device} ({amp.dtype_name}{', GradScaler' if parts.scaler else ''}), "
         f"{len(loaders.sampler.order) * dist_info.world_size} train / {len(loaders.val.dataset)} val images, "
-        f"{num_classes} classes, lr {lr:.4g}, {num_epochs} epochs, {dist_info.world_size} process(es) -> {out_dir}"
+        f"{num_classes} classes, {rate_text(lr, recipe.mean_lr(parts.optimizer))}, {num_epochs} epochs, "
+        f"{dist_info.world_size} process(es) -> {out_dir}"
     )
+    if not args.warmup_prefix and args.warmup_epochs >= num_epochs:
+        say(
+            f"warning: --warmup-epochs {args.warmup_epochs} is not shorter than this run's {num_epochs} epoch(s): "
+            f"the rate never reaches --lr {lr:.4g} (use fewer warm-up epochs, or --warmup-prefix)"
+        )
     say(f"cpu budget: {runtime.budget.describe()}")
     if resume_state is None:
         say(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))
@@ -176,7 +197,9 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
                 )
             if result.interrupted or (validates and metrics is None):  # stopped mid-epoch or mid-validation
                 where = Position(epoch, result.completed_steps, num_updates)
-                state = training_state(args, parts, where, classes, device, dist_info, loaders.data_config, result)
+                state = training_state(
+                    args, parts, where, classes, device, dist_info, loaders.data_config, result, len(train_source)
+                )
                 if dist_info.is_main:
                     with stop.shielded():
                         path = manager.save_interrupted(state)
@@ -186,6 +209,7 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
                     )
                 barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
                 return exit_code(stop.signal_name)
+            check_finite(epoch, metrics, parts.model)
             if continues and not loaders.train.started:
                 start_epoch(loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
             lr_used = recipe.mean_lr(parts.optimizer)  # before the step: the rate this epoch trained with
@@ -193,31 +217,122 @@ def run_training(args: argparse.Namespace, run: RunFolder, runtime: Runtime, dis
             if parts.scheduler is not None:
                 parts.scheduler.step(epoch + 1, metric)  # as timm: after validation, fed its metric
             state = training_state(
-                args, parts, Position(epoch + 1, 0, num_updates), classes, device, dist_info, loaders.data_config
+                args,
+                parts,
+                Position(epoch + 1, 0, num_updates),
+                classes,
+                device,
+                dist_info,
+                loaders.data_config,
+                train_samples=len(train_source),
             )
             summary_rows.append(summary_row(epoch, result, metrics, lr_used))
             if dist_info.is_main:
                 with stop.shielded():
                     best = manager.save(state, epoch, metric)
+                    claim.wrote(out_dir / "summary.csv", created=not (out_dir / "summary.csv").exists())
                     write_rows(out_dir / "summary.csv", summary_rows, "csv")
                 scalars.epoch(summary_rows[-1])
                 say(epoch_line(epoch, result, metrics, best))
-            if stop.agreed(now=True):  # a signal during validation (torchrun) or the save: this epoch is saved
+            # a signal during validation (torchrun) or the save: this epoch is saved; after the last one the
+            # run finishes its files instead
+            if stop.agreed(now=True) and epoch + 1 < num_epochs:
                 manager.wait()
                 say(
                     f"{stop.signal_name}: stopping after epoch {epoch}, saved in {out_dir / LAST}; continue "
                     "with --resume auto"
                 )
                 return exit_code(stop.signal_name)
-    curves = draw_curves(out_dir) if dist_info.is_main else ""  # from summary.csv, while the last
-    manager.wait()  # checkpoint is written; it is whole (or its failure raised) before best is read
-    if dist_info.is_main:
-        exported = export_best(args, out_dir, num_classes, classes, loaders.data_config, parts.ema is not None)
-        say(
-            f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; model folder: {exported}"
-        )
-        say(curves)
+        with stop.shielded():  # the run's last files are written whole, whatever signal comes now
+            finish_run(args, claim, manager, num_classes, classes, loaders.data_config, parts, dist_info, say)
+        if stop.requested:
+            say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
     return 0
+
+
+def finish_run(
+    args: argparse.Namespace,
+    claim: FolderClaim,
+    manager: CheckpointManager,
+    num_classes: int,
+    classes: list[str],
+    data_config: dict[str, Any],
+    parts: TrainComponents,
+    dist_info: DistInfo,
+    say: Callable[[str], None],
+) -> None:
+    """After the last epoch: curves, the last checkpoint on disk, the best weights as a model folder."""
+    out_dir = claim.folder
+    curves = draw_curves(claim) if dist_info.is_main else ""  # from summary.csv, while the last
+    manager.wait()  # checkpoint is written; it is whole (or its failure raised) before best is read
+    if not dist_info.is_main:
+        return
+    claim.wrote(out_dir / "model", created=not (out_dir / "model").exists())
+    exported, others = export_best(args, out_dir, num_classes, classes, data_config, parts.ema is not None)
+    say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; model folder: {exported}")
+    if others:
+        say(f"{exported} also holds {', '.join(others)}, which this run did not write: left as they are")
+    say(curves)
+
+
+def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int) -> None:
+    """Every training label must be one of the model's outputs: fewer --num-classes than the set has
+    classes would fail inside the loss, mid-epoch."""
+    labels = getattr(source.samples, "labels", None)  # class folders: known before any image is read
+    top = max(labels) if labels else len(classes or []) - 1
+    if top >= num_classes:
+        raise UsageError(
+            f"--num-classes {num_classes} is fewer than the {top + 1} classes of {source.description}; leave "
+            f"--num-classes out (it defaults to the class count) or give at least {top + 1}"
+        )
+
+
+def check_finite(epoch: int, metrics: EvalResult | None, model: torch.nn.Module) -> None:
+    """A diverged epoch ends the run (exit 3) before it is saved, so it can never become best: its eval
+    loss and every weight and buffer must be finite (one check per epoch, one host sync)."""
+    tensors = [t for t in unwrap(model).state_dict().values() if t.is_floating_point()]
+    weights_finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
+    loss_finite = metrics is None or math.isfinite(metrics.loss)
+    if not (weights_finite and loss_finite):
+        what = "the weights hold non-finite values" if not weights_finite else f"the eval loss is {metrics.loss}"
+        raise RunFailed(
+            f"epoch {epoch}: {what}: training diverged; the epoch is not saved (lower --lr, raise "
+            "--warmup-epochs, or use --clip-grad), and the previous checkpoint is intact"
+        )
+
+
+def rate_text(lr: float, first: float) -> str:
+    """The learning rate the start line shows: the one the first epoch trains with, and the schedule's
+    peak when that differs (warm-up, or a resumed run further down the schedule)."""
+    if math.isclose(first, lr, rel_tol=1e-6):
+        return f"lr {lr:.4g}"
+    return f"lr {first:.4g} now ({lr:.4g} at its peak)"
+
+
+def check_same_experiment(
+    state: dict[str, Any],
+    path: Path,
+    args: argparse.Namespace,
+    classes: list[str],
+    train_samples: int,
+    dist_info: DistInfo,
+    say: Callable[[str], None],
+) -> None:
+    """A resume continues the checkpoint's experiment or stops in one line naming what differs: what the
+    start line, config.yaml and summary.csv show must be what the resumed run uses."""
+    changes = experiment_changes(state, args, classes, train_samples, dist_info.world_size)
+    if changes:
+        raise UsageError(
+            f"--resume {path}: this command line changes the run it continues ({'; '.join(changes)}); resume "
+            f"with the run's options (its config.yaml), or start a new run from its weights with "
+            f"--initial-checkpoint {path}"
+        )
+    saved = state.get("args") or {}
+    if saved.get("epochs") not in (None, args.epochs):
+        say(
+            f"--epochs {args.epochs} (the run had {saved['epochs']}): the schedule is the one for {args.epochs} "
+            "epochs from here on"
+        )
 
 
 def start_epoch(loaders: Loaders, epoch: int) -> None:
@@ -226,10 +341,31 @@ def start_epoch(loaders: Loaders, epoch: int) -> None:
     loaders.train.start()
 
 
-def draw_curves(out_dir: Path) -> str:
+def write_run_config(args: argparse.Namespace, claim: FolderClaim, say: Callable[[str], None]) -> None:
+    """The run's resolved options as ``config.yaml`` (``train.py -c`` on it repeats the run); where a
+    config.yaml that no vtools run wrote is in the way (the user's own), as ``args.yaml`` beside it."""
+    name = next((name for name in CONFIG_NAMES if claim.owns(name)), None)
+    if name is None:
+        raise UsageError(
+            f"{claim.folder} holds {' and '.join(CONFIG_NAMES)} that no vtools run wrote; give this run "
+            "another --experiment (or --output) so they stay as they are"
+        )
+    if name != CONFIG_NAMES[0]:
+        say(
+            f"{claim.folder / CONFIG_NAMES[0]} was not written by a vtools run: left as it is; this run's options "
+            f"go to {claim.folder / name}"
+        )
+    path = claim.folder / name
+    claim.wrote(path, created=not path.exists())
+    atomic_write_text(path, dump_config(args, path))
+
+
+def draw_curves(claim: FolderClaim) -> str:
     """<run>/curves.png when matplotlib is installed; otherwise say how to get it."""
+    path = claim.folder / "curves.png"
     try:
-        return f"curves: {plot_runs([out_dir], out_dir / 'curves.png')}"
+        claim.wrote(path, created=not path.exists())
+        return f"curves: {plot_runs([claim.folder], path)}"
     except UsageError as missing:
         return f"no curves.png: {missing}"
 
@@ -281,7 +417,7 @@ def export_best(
     classes: list[str],
     data_config: dict[str, Any],
     use_ema: bool,
-) -> Path:
+) -> tuple[Path, list[str]]:
     """Export the best epoch's weights (EMA weights when EMA was tracked) as a model folder."""
     model = create_model(
         args.model, pretrained=False, num_classes=num_classes, in_chans=args.in_chans, model_kwargs=args.model_kwargs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import glob
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -37,13 +38,14 @@ from vtools.data.readers.folder import (
 )
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
-from vtools.errors import UsageError
+from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import evaluate
 from vtools.models.create import create_model
 from vtools.models.folder import class_names_of
 from vtools.models.prepare import count_params, prepare_for_eval, use_channels_last
 from vtools.observe.profiling import StepProfiler
 from vtools.results import format_table, write_rows
+from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import Runtime, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
@@ -213,6 +215,11 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     )
     if result.count == 0:
         raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
+    if not math.isfinite(result.loss):
+        raise RunFailed(
+            f"{model_name}: the loss over {result.count} images is {result.loss}: the model's outputs are not "
+            "finite (weights with nan or inf in them?), so its accuracy means nothing"
+        )
     return {
         "model": model_name,
         "top1": round(result.top1, 4),
@@ -236,6 +243,7 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refuse_torchrun("validate.py")
     check_values(args)
     runtime = setup_runtime(args)
     if args.results_file:

@@ -7,11 +7,14 @@ happens on the device (``vtools.data.loaders.DeviceLoader``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from timm.data import create_transform, resolve_data_config
+
+from vtools.errors import UsageError
 
 
 def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +25,14 @@ def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[s
     config["input_size"] = (channels, *config["input_size"][1:])
     config["mean"] = _per_channel(config["mean"], channels)
     config["std"] = _per_channel(config["std"], channels)
+    unusable = [v for v in (*config["mean"], *config["std"]) if not math.isfinite(v)] or min(
+        map(abs, config["std"])
+    ) == 0
+    if unusable:
+        raise UsageError(
+            f"the model's preprocessing has mean {list(config['mean'])} and std {list(config['std'])}: "
+            "normalization needs finite values and a std that is not 0 (fix its config.json, or pass --mean/--std)"
+        )
     return config
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from vtools.atomic import shared_file_mode
 
 
 def class_names_of(model: torch.nn.Module) -> list[str] | None:
@@ -47,11 +50,12 @@ def label_lookup(model: torch.nn.Module, label_type: str) -> list[str] | None:
 
 def export_model_folder(
     model: torch.nn.Module, folder: str | Path, class_names: list[str] | None, data_config: Mapping[str, Any]
-) -> Path:
+) -> tuple[Path, list[str]]:
     """Write config.json + model.safetensors that validate.py / inference.py take as ``--model FOLDER``.
 
-    The folder is written beside its final place and renamed over it, so a
-    crash never leaves a half-exported model.
+    Both files are written beside the folder first and each is renamed into it, so a crash never leaves
+    a half-written file, and the folder is never missing. Files in it that this export does not write
+    (an exported ``model.onnx``, a note) are left as they are; their names are returned.
     """
     import shutil
     import tempfile
@@ -59,8 +63,8 @@ def export_model_folder(
     from timm.models import save_for_hf
 
     target = Path(folder)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    target.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         config = {"label_names": list(class_names)} if class_names else None
         keys = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
@@ -71,10 +75,10 @@ def export_model_folder(
             safe_serialization=True,
             data_config={k: data_config[k] for k in keys if k in data_config},
         )
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
+        written = sorted(path.name for path in staging.iterdir())
+        for name in sorted(written, key=lambda name: name == "config.json"):  # the config last
+            os.chmod(staging / name, shared_file_mode())  # as the checkpoints beside it, not 0600
+            os.replace(staging / name, target / name)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    return target, sorted(path.name for path in target.iterdir() if path.name not in written)

@@ -87,12 +87,43 @@ def unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
         line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
     ]
     detail = (lines[0] if lines else type(err).__name__)[:160]
-    if "GLOBAL" in detail or "Unsupported global" in detail or "Unsupported class" in detail:
+    runs_code = "GLOBAL" in detail or "Unsupported global" in detail or "Unsupported class" in detail
+    if "Unsupported operand" in detail:  # a newer pickle protocol than torch.save writes: name what it imports
+        calls = [name for name in pickled_globals(path) if not name.startswith(_WEIGHT_GLOBALS)]
+        if calls:
+            detail, runs_code = f"it imports {', '.join(sorted(set(calls))[:3])}", True
+    if runs_code:
         return (
             f"checkpoint {path} was refused: loading it would run code ({detail}); "
             "vtools only loads weights (weights_only=True), never pickled code"
         )
     return f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})"
+
+
+_WEIGHT_GLOBALS = ("torch.", "collections.OrderedDict", "argparse.Namespace", "numpy.", "builtins.set")
+
+
+def pickled_globals(path: Path, limit: int = 1 << 26) -> list[str]:
+    """The ``module.name`` globals a plain pickle file imports, read with pickletools (nothing is run or
+    imported); empty for what pickletools cannot read, such as torch's zip checkpoints."""
+    import pickletools
+
+    found: list[str] = []
+    strings: list[str] = []
+    try:
+        with open(path, "rb") as handle:
+            for opcode, arg, _ in pickletools.genops(handle):
+                if opcode.name in ("GLOBAL", "INST"):
+                    found.append(str(arg).replace(" ", "."))
+                elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    found.append(f"{strings[-2]}.{strings[-1]}")
+                elif isinstance(arg, str):
+                    strings.append(arg)
+                if handle.tell() > limit:
+                    break
+    except Exception:  # not a pickle, or a truncated one: nothing more to say than torch did
+        return found
+    return found
 
 
 def _select_weights(checkpoint: Any, path: Path, use_ema: bool) -> dict[str, torch.Tensor]:
@@ -122,7 +153,15 @@ def load_checkpoint(
 
 def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
     """Raise a one-line :class:`UsageError` unless ``state`` fits ``model`` exactly."""
-    expected = model.state_dict()
+    problems = fit_problems(model.state_dict(), state)
+    if problems:
+        raise UsageError(f"checkpoint {source} does not fit the model: " + "; ".join(problems))
+
+
+def fit_problems(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], shown: int = 4) -> list[str]:
+    """What keeps ``state`` from loading into a model whose state dict is ``expected``: missing, unexpected
+    and mis-shaped keys, and integer tensors for floating-point ones (``shown`` of each kind named); empty
+    when it fits exactly."""
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     mismatched = [
@@ -144,7 +183,6 @@ def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tens
         ("integer vs floating-point", kinds),
     ):
         if items:
-            shown = ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
-            problems.append(f"{label}: {shown}")
-    if problems:
-        raise UsageError(f"checkpoint {source} does not fit the model: " + "; ".join(problems))
+            named = ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+            problems.append(f"{label}: {named}")
+    return problems

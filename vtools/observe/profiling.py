@@ -33,6 +33,7 @@ class StepProfiler:
         self.device = device
         self.trace = out_dir / f"profile-{label}.pt.trace.json"
         self.done = self.steps <= 0
+        self.taken = 0  # steps the loop has taken under the profiler
 
     def wrap(self, loader: Any) -> Any:
         """The loader itself, or (until one profile is taken) a view of it that steps the profiler."""
@@ -53,11 +54,27 @@ class StepProfiler:
             for batch in batches:
                 yield batch
                 if not self.done:
+                    self.taken += 1
                     recorder.step()
         finally:
             if not self.done:  # the loop ended (or failed) before the last profiled step
-                recorder.stop()
                 self.done = True
+                if self.recorded == 0:
+                    print(
+                        f"--profile {self.steps}: the loop ended after {self.taken} step(s), within the "
+                        f"{WARMUP_STEPS} warm-up steps: nothing was recorded (profile a longer loop)",
+                        flush=True,
+                    )
+                recorder.stop()
+
+    @property
+    def recorded(self) -> int:
+        """Steps recorded so far: those after the warm-up, at most the ones asked for."""
+        return min(self.steps, max(0, self.taken - WARMUP_STEPS))
+
+    def _described(self) -> str:
+        ended = f" (the loop ended after {self.recorded})" if self.recorded < self.steps else ""
+        return f"profile of {self.recorded} steps{ended} after {WARMUP_STEPS} warm-up"
 
     def _backend_handler(self, module: Any) -> Any:
         """A backend's own profiler writes its own trace folder, which that backend's tools analyse."""
@@ -66,9 +83,11 @@ class StepProfiler:
 
         def handler(recorder: Any) -> None:
             self.done = True
+            if self.recorded == 0:
+                return
             write(recorder)
             print(
-                f"profile of {self.steps} steps after {WARMUP_STEPS} warm-up by {module.__name__}: {folder} "
+                f"{self._described()} by {module.__name__}: {folder} "
                 "(open it with that backend's tools, e.g. MindStudio Insight on Ascend)",
                 flush=True,
             )
@@ -77,6 +96,8 @@ class StepProfiler:
 
     def _report(self, recorder: Any) -> None:
         self.done = True
+        if self.recorded == 0:
+            return
         self.trace.parent.mkdir(parents=True, exist_ok=True)
         recorder.export_chrome_trace(str(self.trace))
         averages = recorder.key_averages()
@@ -86,8 +107,7 @@ class StepProfiler:
         print("top operators by host time:")
         print(averages.table(sort_by="self_cpu_time_total", row_limit=TOP_OPERATORS))
         print(
-            f"profile of {self.steps} steps after {WARMUP_STEPS} warm-up: {self.trace} "
-            "(open in TensorBoard's profiler or ui.perfetto.dev)",
+            f"{self._described()}: {self.trace} (open in TensorBoard's profiler or ui.perfetto.dev)",
             flush=True,
         )
 

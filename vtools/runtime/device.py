@@ -149,6 +149,12 @@ def import_device_modules(modules: Iterable[str]) -> None:
             importlib.import_module(name)
         except ImportError as err:
             raise UsageError(f"--device-modules: cannot import {name!r}: {err}") from err
+        except Exception as err:  # the module itself failed while registering its device
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise UsageError(
+                f"--device-modules: importing {name!r} failed ({type(err).__name__}: {detail}); "
+                "that backend's package or its drivers are broken"
+            ) from err
 
 
 def _registered_types() -> list[str]:

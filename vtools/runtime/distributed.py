@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from vtools.errors import UsageError
 from vtools.runtime.device import dist_backend
 
 
@@ -35,6 +36,17 @@ class DistInfo:
 
 def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def refuse_torchrun(script: str) -> None:
+    """validate.py and inference.py run in one process: under torchrun every rank would do the whole job
+    and write the same results file, so a multi-process launch stops in one line instead."""
+    if launched_by_torchrun():
+        raise UsageError(
+            f"{script} runs in one process, but torchrun started {os.environ['WORLD_SIZE']} (every one would "
+            f"process every image and write the same results): run it without torchrun, with --device to pick "
+            "the device"
+        )
 
 
 def init_distributed(device: torch.device, backend: str | None = None) -> DistInfo:

@@ -1,7 +1,7 @@
 """Import torch, explaining the one failure that users cannot read: a broken backend.
 
-torch >= 2.5 auto-loads out-of-tree device backends (torch_npu among them)
-inside ``import torch``. When torch_npu is installed but Ascend's CANN
+torch >= 2.5 auto-loads out-of-tree device backends (Ascend's among them)
+inside ``import torch``. When Ascend's backend is installed but its CANN
 libraries are not on the library path, ``import torch`` itself raises
 "Failed to load the backend extension". We turn that into a one-line error
 that says how to fix it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ class CheckpointManager:
     higher_is_better: bool = True
     best_metric: float | None = None
     best_epoch: int | None = None
-    saved: list[Path] = field(default_factory=list)
+    on_write: Callable[[Path], None] = field(default=lambda path: None, repr=False)  # told before each write
     _writer: threading.Thread | None = field(default=None, repr=False)
     _failure: BaseException | None = field(default=None, repr=False)
 
@@ -119,15 +120,15 @@ class CheckpointManager:
 
     def _write_in_background(self, state: dict[str, Any], epoch: int, validated: bool, improved: bool) -> None:
         try:
-            last = atomic_write(self.folder / LAST, lambda stream: torch.save(state, stream))
+            last = atomic_write(self._claim(LAST), lambda stream: torch.save(state, stream))
             numbered = None
             if self.keep > 0 and validated:  # a copy of the file, not a second serialization
-                numbered = atomic_copy(last, self.folder / f"checkpoint-{epoch}.pth.tar")
+                numbered = atomic_copy(last, self._claim(f"checkpoint-{epoch}.pth.tar"))
                 self._prune()
             if improved and numbered is not None:  # the epoch's numbered file under a second name
-                atomic_link(numbered, self.folder / BEST)
+                atomic_link(numbered, self._claim(BEST))
             elif improved:
-                atomic_copy(last, self.folder / BEST)
+                atomic_copy(last, self._claim(BEST))
         except BaseException as err:  # handed to the main thread by wait()
             self._failure = err
 
@@ -135,7 +136,12 @@ class CheckpointManager:
         """A mid-epoch checkpoint (on SIGINT/SIGTERM) that --resume continues from, written now."""
         self.wait()
         state = {**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch}
-        return atomic_write(self.folder / LAST, lambda stream: torch.save(state, stream))
+        return atomic_write(self._claim(LAST), lambda stream: torch.save(state, stream))
+
+    def _claim(self, name: str) -> Path:
+        path = self.folder / name
+        self.on_write(path)
+        return path
 
     def _prune(self) -> None:
         numbered = sorted((int(m.group(1)), p) for p in self.folder.iterdir() if (m := NUMBERED.match(p.name)))

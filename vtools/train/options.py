@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from vtools.cli.options import (
     WORKERS_HELP,
@@ -205,9 +206,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# rates, probabilities and fractions no recipe can use outside these ranges: (test, what is allowed)
+VALUE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "clip_grad": (lambda v: v > 0, "greater than 0"),
+    **dict.fromkeys(
+        (
+            "lr",
+            "lr_base",
+            "warmup_lr",
+            "min_lr",
+            "weight_decay",
+            "mixup",
+            "cutmix",
+            "color_jitter",
+            "warmup_epochs",
+            "cooldown_epochs",
+        ),
+        (lambda v: v >= 0, "0 or more"),
+    ),
+    **dict.fromkeys(("smoothing", "drop", "drop_path"), (lambda v: 0 <= v < 1, "from 0 up to (not including) 1")),
+    **dict.fromkeys(
+        ("momentum", "reprob", "hflip", "vflip", "mixup_prob", "mixup_switch_prob", "model_ema_decay"),
+        (lambda v: 0 <= v <= 1, "from 0 to 1"),
+    ),
+}
+
+
 def check_train_args(args: argparse.Namespace) -> None:
     for flag in ("grad_accum_steps", "log_interval", "val_interval"):  # sizes and epochs: check_values
         check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
+    for name, (allowed, text) in VALUE_RANGES.items():
+        value = getattr(args, name, None)
+        if value is not None and not allowed(value):
+            raise UsageError(f"--{name.replace('_', '-')} must be {text}, got {value}")
     if recipe.mixup_enabled(args) and args.batch_size % 2:
         raise UsageError(
             f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, got {args.batch_size}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import time
 import zipfile
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class RunFolder:
     path: Path
     resume: Path | None
     note: str = ""
+    made: bool = False  # this run created the folder
 
 
 def _model_stem(model: str) -> str:
@@ -76,11 +78,29 @@ def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolde
     return broadcast_from_main(choice)
 
 
+def check_output(output: Path, experiment: str) -> None:
+    """--output must be (or become) a writable folder, and --experiment a folder name in it: said in one
+    line before any run folder is chosen or made."""
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file, not a folder")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--output {output}: cannot create it ({err.strerror or err})") from err
+    if not os.access(output, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {output}: the folder is not writable")
+    if experiment and (output / experiment).exists() and not (output / experiment).is_dir():
+        raise UsageError(f"--experiment {experiment}: {output / experiment} is a file, not a run folder")
+
+
 def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     output, stem = Path(args.output), _model_stem(args.model)
+    check_output(output, args.experiment)
     named = output / args.experiment if args.experiment else None
     if args.resume and args.resume != "auto":
-        return RunFolder(named or _new_folder(output, stem), Path(args.resume))
+        if named is not None:
+            return RunFolder(named, Path(args.resume))
+        return RunFolder(_new_folder(output, stem), Path(args.resume), made=True)
     if args.resume != "auto":
         if named is not None and holds_ended_run(named):
             fresh = reserve_new_folder(output, args.experiment)
@@ -89,8 +109,9 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
                 None,
                 f"{named} holds an earlier run, left as it is: this run writes to {fresh} "
                 "(--resume auto would continue the earlier one)",
+                made=True,
             )
-        return RunFolder(named or _new_folder(output, stem), None)
+        return RunFolder(named, None) if named is not None else RunFolder(_new_folder(output, stem), None, made=True)
     if named is not None:
         if (named / LAST).is_file():
             return _continue(named, "")
@@ -103,6 +124,7 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
             None,
             f"--resume auto: no earlier run of {args.model} with a checkpoint in "
             f"{output}, starting from scratch in {folder}",
+            made=True,
         )
     newest = max(earlier, key=lambda folder: (folder / LAST).stat().st_mtime)
     note = f"--resume auto: continuing {newest}, the newest run of {args.model} in {output}"
@@ -181,6 +203,7 @@ def training_state(
     dist_info: DistInfo,
     data_config: dict[str, Any],
     result: EpochResult | None = None,
+    train_samples: int | None = None,
 ) -> dict[str, Any] | None:
     """Everything ``--resume`` needs (on rank 0; None elsewhere). Every rank must call it: the ranks'
     own states are gathered here. ``position`` is where training continues. ``data_config`` (the
@@ -192,6 +215,10 @@ def training_state(
         "arch": args.model,
         "epoch": position.epoch,
         "step_in_epoch": position.step,
+        # the position again in samples of the whole epoch order: a resume with another per-process batch
+        # size or process count (the same global batch) continues at the same sample
+        "samples_in_epoch": position.step * args.batch_size * dist_info.world_size,
+        "world_size": dist_info.world_size,
         "num_updates": position.num_updates,
         "state_dict": unwrap(parts.model).state_dict(),
         "optimizer": parts.optimizer.state_dict(),
@@ -200,6 +227,7 @@ def training_state(
         "rng": ranks[0]["rng"],
         "rank_states": ranks,
         "class_names": classes,
+        "train_samples": train_samples,
         "data_config": dict(data_config),
         "args": dict(vars(args)),
         "version": STATE_VERSION,
@@ -216,6 +244,7 @@ def restore(
     device: torch.device,
     dist_info: DistInfo,
     seed: int,
+    batch_size: int,
 ) -> tuple[Position, str]:
     """Load a training checkpoint into the components and this rank's RNG; returns where to continue
     and a note for the user when the number of processes changed."""
@@ -241,18 +270,75 @@ def restore(
             f" (saved by {len(ranks)} process(es), resumed by {dist_info.world_size}: random streams "
             "re-seeded, so the run will not repeat an uninterrupted one exactly)"
         )
-    step = int(state.get("step_in_epoch", 0))
+    per_step = batch_size * dist_info.world_size
+    step = int(state["samples_in_epoch"]) // per_step if "samples_in_epoch" in state else int(state["step_in_epoch"])
     carried = (float(mine.get("train_loss_sum", 0.0)), int(mine.get("train_samples", 0))) if step else (0.0, 0)
     position = Position(int(state["epoch"]), step, int(state.get("num_updates", 0)), carried)
     return position, note
 
 
-def carry_best_checkpoint(resume_path: Path | None, out_dir: Path) -> None:
+# options a resumed run may change: where things go, how fast they run, how much is logged; --epochs
+# (noted); --batch-size when the global batch stays the same (the position is kept in samples)
+RESUME_MAY_CHANGE = frozenset(
+    "config resume output experiment data data_dir dataset_download workers threads bind_cores device "
+    "device_modules dist_backend profile log_interval log_tensorboard checkpoint_hist val_interval "
+    "validation_batch_size on_bad_image channels_last torchcompile pretrained initial_checkpoint epochs "
+    "batch_size".split()
+)
+
+
+def experiment_changes(
+    state: dict[str, Any], args: argparse.Namespace, classes: list[str], train_samples: int, world_size: int
+) -> list[str]:
+    """What this command line changes in the experiment a checkpoint continues: options, the global batch,
+    the class names and the training set's size. Empty when the resume continues the same run."""
+    saved = state.get("args") or {}
+    changes = [
+        f"--{key.replace('_', '-')} {_shown(value)} -> {_shown(getattr(args, key))}"
+        for key, value in sorted(saved.items())
+        if key not in RESUME_MAY_CHANGE and hasattr(args, key) and _plain(getattr(args, key)) != _plain(value)
+    ]
+    if "batch_size" in saved and "world_size" in state:
+        before = saved["batch_size"] * state["world_size"]
+        now = args.batch_size * world_size
+        if before != now:
+            changes.append(
+                f"global batch (--batch-size x processes) {saved['batch_size']} x {state['world_size']} -> "
+                f"{args.batch_size} x {world_size}"
+            )
+    saved_classes = state.get("class_names")
+    if saved_classes and list(saved_classes) != list(classes):
+        differ = [f"{a} -> {b}" for a, b in zip(saved_classes, classes) if a != b][:3]
+        detail = ", ".join(differ) if differ else f"{len(saved_classes)} -> {len(classes)} classes"
+        changes.append(f"class names ({detail})")
+    if state.get("train_samples") not in (None, train_samples):
+        changes.append(f"training images {state['train_samples']} -> {train_samples}")
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    """A value as YAML and argparse may both give it (tuples and lists alike, 1 and 1.0 alike)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return "(none)" if value in (None, "") else str(value)
+
+
+def carry_best_checkpoint(resume_path: Path | None, manager: CheckpointManager) -> None:
     """Resuming into a new folder: bring the run's best checkpoint along, since the best metric comes too."""
-    if resume_path is None or (out_dir / BEST).exists() or not (resume_path.parent / BEST).is_file():
+    target = manager.folder / BEST
+    if resume_path is None or target.exists() or not (resume_path.parent / BEST).is_file():
         return
     payload = (resume_path.parent / BEST).read_bytes()
-    atomic_write(out_dir / BEST, lambda stream: stream.write(payload))
+    manager.on_write(target)
+    atomic_write(target, lambda stream: stream.write(payload))
 
 
 def read_summary(out_dir: Path, resume_path: Path | None, before_epoch: int) -> list[dict[str, Any]]:

@@ -1,26 +1,33 @@
-"""A training run owns its folder, so two runs never write checkpoints and summaries into one.
+"""A training run's claim on its folder: a lock, and a ledger of the files vtools runs wrote there.
 
-The lock is an advisory ``flock`` on a file in the folder: the kernel drops it
-when the process ends, however it ends, so a crashed run never leaves a stale
-lock behind. A run that fails before it has saved anything removes the folder
-it made (or what it added to an empty one), so failures leave no half-made
-run folders.
+Two runs never write checkpoints and summaries into one folder: the lock is a
+POSIX record lock (``lockf``) on ``.vtools-run.lock``. The kernel drops it when
+the process that took it ends, however it ends, and loader workers forked from
+that process never hold it (unlike ``flock``, whose lock every forked worker
+shares), so a job requeued right after a ``kill -9`` is never refused.
+
+The same file is the folder's ledger: its first line is the holder's pid, every
+further line names a file that a vtools run wrote there. Clean-up and overwriting
+go by what was written, never by what a folder happens to contain: a run that
+fails before its first checkpoint removes exactly the files it created (and the
+folder, when it made it and nothing else is left), and a file that no run wrote,
+such as a user's own ``config.yaml``, is never deleted or written over.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from vtools.atomic import remove_stale_temporaries
 from vtools.errors import UsageError
 
 LOCK_NAME = ".vtools-run.lock"
-_SCAFFOLDING = {LOCK_NAME, "config.yaml"}  # what a run writes before its first checkpoint
 
 
 def reserve_new_folder(output: Path, name: str) -> Path:
@@ -37,53 +44,141 @@ def reserve_new_folder(output: Path, name: str) -> Path:
     raise UsageError(f"--output {output}: could not find a free run folder name for {name}")
 
 
+def read_ledger(folder: Path) -> list[str]:
+    """The files (relative to ``folder``) that vtools runs wrote there, as their ledger lists them. Never
+    call it while this process holds the folder's lock: closing any handle of the lock file drops a
+    POSIX lock (the claim reads its ledger through the handle that holds the lock)."""
+    try:
+        with open(folder / LOCK_NAME, encoding="utf-8") as handle:
+            return _ledger_lines(handle)
+    except OSError:
+        return []
+
+
+def _ledger_lines(handle: IO[str]) -> list[str]:
+    handle.seek(0)
+    return [line.strip() for line in handle.read().splitlines()[1:] if line.strip()]
+
+
 def holds_ended_run(folder: Path) -> bool:
-    """Whether ``folder`` holds what an earlier run left (beyond the scaffolding of one that failed
-    early) and no run is writing there now."""
-    if not folder.is_dir() or all(p.name in _SCAFFOLDING for p in folder.iterdir()):
+    """Whether an earlier vtools run left files in ``folder`` (its ledger names one that is still there)
+    and no run is writing there now. A lock file with no ledger comes from a vtools release that kept
+    none: such a folder is taken as an ended run whenever it holds anything else, so that nothing in it
+    is written over."""
+    ledger = read_ledger(folder)
+    legacy = (folder / LOCK_NAME).is_file() and not ledger and any(p.name != LOCK_NAME for p in folder.iterdir())
+    if not legacy and not any((folder / name).exists() for name in ledger):
         return False
     try:
         with open(folder / LOCK_NAME, "a", encoding="utf-8") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+            fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
     except OSError:
         return False  # a live run holds it: owned_folder refuses it, in its own words
     return True
 
 
-def _lock(folder: Path) -> IO[str]:
-    folder.mkdir(parents=True, exist_ok=True)
+class FolderClaim:
+    """This process's hold on a run folder: what it created there, and the folder's ledger."""
+
+    def __init__(self, folder: Path, handle: IO[str] | None, made_folder: bool, made_lock: bool) -> None:
+        self.folder = folder
+        self._handle = handle
+        self.made_folder = made_folder
+        self.made: list[Path] = [folder / LOCK_NAME] if made_lock else []
+        self.ledger = set(_ledger_lines(handle)) if handle is not None else set()
+        self.keep = False  # set once a checkpoint is written: from then on nothing is removed
+        self._guard = threading.Lock()  # the checkpoint writer records from its own thread
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` (relative to the folder) is free, or was written by a vtools run."""
+        return name in self.ledger or not (self.folder / name).exists()
+
+    def wrote(self, path: Path, created: bool, keep: bool = False) -> None:
+        """Record that this run wrote ``path`` (``created``: it did not exist before); ``keep``: the run
+        now has something worth keeping (a checkpoint), so a later failure removes nothing."""
+        name = Path(path).relative_to(self.folder).as_posix()
+        with self._guard:
+            self.keep = self.keep or keep
+            if created:
+                self.made.append(Path(path))
+            if name not in self.ledger and self._handle is not None:
+                self.ledger.add(name)
+                self._handle.seek(0, os.SEEK_END)
+                self._handle.write(name + "\n")
+                self._handle.flush()
+
+    def undo(self) -> None:
+        """Remove what this run created (it saved no checkpoint) and its lines in the ledger."""
+        for path in reversed(self.made):
+            if path.is_dir():
+                _remove_empty(path)
+            else:
+                path.unlink(missing_ok=True)
+        removed = {p.relative_to(self.folder).as_posix() for p in self.made}
+        if self._handle is not None and (self.folder / LOCK_NAME).exists():
+            self._rewrite(sorted(self.ledger - removed))
+        if self.made_folder:
+            _remove_empty(self.folder)
+
+    def _rewrite(self, ledger: list[str]) -> None:
+        assert self._handle is not None
+        self._handle.seek(0)
+        self._handle.truncate()
+        self._handle.write("".join(f"{line}\n" for line in [str(os.getpid()), *ledger]))
+        self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def _remove_empty(folder: Path) -> None:
+    """Remove ``folder`` if it is empty: anything another hand put there stays."""
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _lock(folder: Path) -> tuple[IO[str], bool]:
+    made_lock = not (folder / LOCK_NAME).exists()
     handle = open(folder / LOCK_NAME, "a+", encoding="utf-8")
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.seek(0)
-        owner = handle.read().strip() or "unknown"
+        owner = handle.readline().strip() or "unknown"
         handle.close()
         raise UsageError(
             f"{folder} belongs to a training run that is still going (pid {owner}); wait for it "
             "to end, or give this run another --experiment"
         ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
+    return handle, made_lock
 
 
 @contextmanager
-def owned_folder(folder: Path, enabled: bool = True) -> Iterator[None]:
-    """Hold ``folder`` for the block (rank 0 only: ``enabled``). If the block raises before the run
-    saved anything there, remove what the run created."""
+def owned_folder(folder: Path, enabled: bool = True, made: bool = False) -> Iterator[FolderClaim]:
+    """Hold ``folder`` for the block (rank 0 only: ``enabled``; other ranks get a claim that records
+    nothing). ``made``: the caller created the folder for this run. If the block raises before the run
+    wrote a checkpoint, remove exactly what the run created. Leftover temporary files of a writer that
+    was killed (never a live one: the lock is held) are removed first."""
     if not enabled:
-        yield
+        yield FolderClaim(folder, None, made_folder=False, made_lock=False)
         return
-    existed_with_content = folder.is_dir() and any(p.name not in _SCAFFOLDING for p in folder.iterdir())
-    handle = _lock(folder)
+    made = made or not folder.exists()
     try:
-        yield
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--output: cannot create the run folder {folder} ({err.strerror or err})") from err
+    handle, made_lock = _lock(folder)
+    claim = FolderClaim(folder, handle, made_folder=made, made_lock=made_lock)
+    claim._rewrite(sorted(claim.ledger))  # the holder's pid on the first line
+    remove_stale_temporaries(folder, claim.ledger)
+    try:
+        yield claim
     except BaseException:
-        if not existed_with_content and all(p.name in _SCAFFOLDING for p in folder.iterdir()):
-            shutil.rmtree(folder, ignore_errors=True)
+        if not claim.keep:
+            claim.undo()
         raise
     finally:
-        handle.close()
+        claim.close()

@@ -71,12 +71,17 @@ def _shards(request: SourceRequest, name: str) -> Source:
     from vtools.data.readers import wds as shard_source
 
     root = Path(request.root)
+    shard_source.require_wids(f"--dataset {request.dataset}")
     keys = tuple(k.strip().lstrip(".").lower() for k in (request.input_key or "").split(";") if k.strip())
     samples = shard_source.open_shard_samples(
         root, request.split, keys or shard_source.IMAGE_EXTENSIONS, (request.target_key or "cls").lstrip(".")
     )
     info = shard_source.read_split_info(root)
     classes = info.get("classes") or _imagenet_classes(name, str(info.get("name", "")))
+    if classes:  # a label outside them is then a bad sample, named when it is read
+        samples.num_classes = len(classes)
+        info_file = next((root / f for f in shard_source.INFO_FILES if (root / f).is_file()), None)
+        samples.classes_from = str(info_file) if info.get("classes") else f"ImageNet ({name})"
     return Source(
         samples, classes, f"{request.dataset} {request.split}: {len(samples.shards)} shards, {len(samples)} samples"
     )

@@ -28,19 +28,25 @@ from typing import Any
 
 import numpy as np
 import yaml
-from wids.wids import splitname
-from wids.wids_mmtar import MMIndexedTar  # wids: the field's indexed tar reader
 
 from vtools.data.decode import BadSample, RawSample
 from vtools.errors import UsageError
+from vtools.optional import SHARDS, optional_module
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff")
 INFO_FILES = ("_info.json", "_info.yaml", "info.json")
+NO_LABEL = np.iinfo(np.int64).min  # a sample without a label: -1 is a label (out of range), not a mark
+
+
+def require_wids(purpose: str) -> None:
+    """wids (and the braceexpand it brings) reads the shards; one line naming what to install without it."""
+    optional_module("wids", purpose, SHARDS)
 
 
 @dataclass
 class ShardTable:
-    """Where each sample of one shard lies: image offset and size, label, key (-1 marks what is missing)."""
+    """Where each sample of one shard lies: image offset and size (-1: no image), label (:data:`NO_LABEL`:
+    none), key."""
 
     offsets: np.ndarray
     sizes: np.ndarray
@@ -59,6 +65,9 @@ def _label_of(member: str, data: bytes) -> int:
 def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label_key: str = "cls") -> ShardTable:
     """Scan one shard's headers (through wids) into a :class:`ShardTable`. Raises what a damaged tar
     raises; the caller turns it into a message naming the shard."""
+    from wids.wids import splitname
+    from wids.wids_mmtar import MMIndexedTar  # wids: the field's indexed tar reader
+
     tar = MMIndexedTar(path)
     try:
         groups: dict[str, dict[str, tuple[int, int]]] = {}
@@ -70,7 +79,7 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
         count = len(groups)
         offsets = np.full(count, -1, dtype=np.int64)
         sizes = np.zeros(count, dtype=np.int64)
-        labels = np.full(count, -1, dtype=np.int64)
+        labels = np.full(count, NO_LABEL, dtype=np.int64)
         for row, members in enumerate(groups.values()):
             image = next((members[k] for k in image_keys if k in members), None)
             if image is not None:
@@ -97,6 +106,8 @@ class ShardSamples:
     image_keys: tuple[str, ...] = IMAGE_EXTENSIONS
     label_key: str = "cls"
     tables: dict[int, ShardTable | str] = field(default_factory=dict)  # built per process, on first use
+    num_classes: int | None = None  # labels must lie in 0..num_classes-1 (when the split names its classes)
+    classes_from: str = ""  # where the class names come from, for messages
 
     def __post_init__(self) -> None:
         self.ends = np.cumsum(self.counts).tolist()
@@ -107,6 +118,7 @@ class ShardSamples:
     def table(self, shard: int) -> ShardTable | str:
         """The shard's table, or the reason it cannot be read."""
         if shard not in self.tables:
+            require_wids(f"tar shard {self.shards[shard]}")  # outside the try: not a damaged shard
             try:
                 self.tables[shard] = index_shard(self.shards[shard], self.image_keys, self.label_key)
             except Exception as err:  # a damaged tar raises anything from struct to mmap errors
@@ -137,15 +149,25 @@ class ShardSamples:
         name = f"{path}:{table.keys[inner]}"
         if table.offsets[inner] < 0:
             return BadSample(name, f"no image ({', '.join('.' + k for k in self.image_keys[:4])}...) in the sample")
-        if table.labels[inner] < 0:
+        label = int(table.labels[inner])
+        if label == NO_LABEL:
             return BadSample(name, f"no label (.{self.label_key}) in the sample")
+        if label < 0 or (self.num_classes is not None and label >= self.num_classes):
+            known = f"the {self.num_classes} classes of {self.classes_from}" if self.num_classes is not None else ""
+            return BadSample(
+                name,
+                f"label {label} (.{self.label_key}) is out of range: labels are class indices 0.."
+                + (f"{self.num_classes - 1} for {known}" if known else "N-1")
+                + "; fix the sample's label"
+                + (" or the class list" if known else ""),
+            )
         start, size = int(table.offsets[inner]), int(table.sizes[inner])
         if start + size > table.file_size:
             return BadSample(name, "the shard ends inside this sample (truncated tar)")
         with open(path, "rb") as handle:
             handle.seek(start)
             data = handle.read(size)
-        return RawSample(data, int(table.labels[inner]), name)
+        return RawSample(data, label, name)
 
 
 def read_split_info(root: Path) -> dict[str, Any]:
@@ -165,6 +187,7 @@ def read_split_info(root: Path) -> dict[str, Any]:
 
 
 def _expand(pattern: str) -> list[str]:
+    require_wids(f"the shard pattern {pattern}")
     import braceexpand  # comes with wids, the same expansion webdataset uses
 
     return list(braceexpand.braceexpand(pattern))
