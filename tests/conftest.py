@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``slow`` every test that starts a process (a script run as a user runs it, directly, through a
     helper of its module or through a fixture of its module or conftest): the fast tier,
     ``pytest -m "not slow"``, is the in-process tests. An in-process test that grows slow may carry
-    ``@pytest.mark.slow`` themselves."""
+    ``@pytest.mark.slow`` itself."""
     starters: dict[Path, set[str]] = {}
     conftest_starters = functions_that_start_processes(Path(__file__))
     for item in items:
