@@ -177,7 +177,7 @@ def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text
 
 
 def add_dataset_args(group: argparse._ArgumentGroup) -> None:
-    """--dataset and its options, as timm's scripts spell them (see vtools/sources.py)."""
+    """--dataset and its options, as timm's scripts spell them (see vtools/data/readers/registry.py)."""
     group.add_argument(
         "--dataset",
         "-d",

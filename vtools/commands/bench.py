@@ -12,7 +12,7 @@ memory belong to that measurement alone), the loop the scripts run: train.py's
   ImageFolder and DataLoader, timm's transforms normalizing in the workers.
 
 The ``recipe`` task runs whole trainings (start-up to exit) of train.py and of
-a plain timm-style loop (vtools/plain_loop.py) on the same timm flags, per
+a plain timm-style loop (vtools/bench/plain_loop.py) on the same timm flags, per
 precision, alternating ``--repeats`` times, and reports the median wall time
 and the final top-1 of each.
 

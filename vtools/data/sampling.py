@@ -31,7 +31,7 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 class SeededSamples(Dataset):
     """Wraps a dataset whose items are fetched as ``(epoch, index)`` and seeded from them.
 
-    With ``replace_bad``, an unreadable image (a :class:`~vtools.data.BadSample`)
+    With ``replace_bad``, an unreadable image (a :class:`~vtools.data.decode.BadSample`)
     is replaced by the next readable one in index order, and the item carries the
     bad ones as a fourth element. Batches then keep their size, which BatchNorm
     and mixup rely on, and the replacement is the same on every run, so exact

@@ -76,7 +76,7 @@ def create_model(
     **extra: Any,
 ) -> torch.nn.Module:
     """Build a timm model on ``device``, with pretrained weights and/or a checkpoint; an ``.onnx`` file
-    gives the same interface over onnxruntime (vtools/onnx_model.py)."""
+    gives the same interface over onnxruntime (vtools/models/onnx_model.py)."""
     if is_onnx(name):
         if checkpoint:
             raise UsageError(f"--model {name} is an exported ONNX file: it takes no --checkpoint")

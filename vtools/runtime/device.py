@@ -45,7 +45,7 @@ class DeviceKind:
     profiler_activity: str | None = "PrivateUse1"
     # the backend's own profiler module (torch.profiler's API, its own trace format), used when importable
     profiler_module: str | None = None
-    # the model runs on the host's cores (so it, not decoding, gets most of them: vtools/host.py)
+    # the model runs on the host's cores (so it, not decoding, gets most of them: vtools/runtime/cpu_budget.py)
     computes_on_host: bool = False
     # environment variable through which the backend binds its own threads to cores (then vtools does not)
     affinity_env: str | None = None

@@ -24,7 +24,7 @@ class Runtime:
 def setup_runtime(args: argparse.Namespace) -> Runtime:
     """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
-    split the host's cores between loader workers and the main process (vtools/host.py)."""
+    split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
     device = resolve_device(args.device, args.device_modules)
     apply_tuning(device)
     budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)

@@ -124,7 +124,7 @@ def _refuse_loading_script(spec: str, root: Path, name: str) -> None:
 
 
 class TableSamples:
-    """One split of a Hugging Face dataset (a :class:`~vtools.data.SampleStore`)."""
+    """One split of a Hugging Face dataset (a :class:`~vtools.data.datasets.SampleStore`)."""
 
     def __init__(self, table: Any, image_key: str, label_key: str | None, split: str) -> None:
         self.table = table

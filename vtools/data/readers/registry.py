@@ -40,7 +40,7 @@ class SourceRequest:
 class Source:
     """A labelled image collection, whatever stores it."""
 
-    samples: Any  # a vtools.data.SampleStore, or a torchvision dataset
+    samples: Any  # a vtools.data.datasets.SampleStore, or a torchvision dataset
     classes: list[str] | None  # names by label; None when the store does not say
     description: str
 

@@ -99,7 +99,7 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
 
 @dataclass
 class ShardSamples:
-    """The samples of a list of shards, by global index (a :class:`~vtools.data.SampleStore`)."""
+    """The samples of a list of shards, by global index (a :class:`~vtools.data.datasets.SampleStore`)."""
 
     shards: list[str]
     counts: list[int]
