@@ -87,7 +87,7 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
 
     if task == "decode":
         return measure_decode(source, args)
-    device = dev.resolve_device(args.device, args.device_modules)
+    device = dev.resolve_device(args.device, args.device_modules or ())
     if mode == "baseline":  # the same worker count, none of vtools' thread or allocator settings
         budget = plan(device.type, len(usable_cores()), args.workers)
     else:

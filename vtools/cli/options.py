@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+import torch
 from timm.utils import ParseKwargs
+
+from vtools.cli.timm_compat import add_refused
 
 from vtools.runtime.amp import AMP_DTYPES
 
+# timm's resize names (timm.data.transforms.str_to_interp_mode), and random: one of them per image
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "box", "hamming", "lanczos", "random")
 WORKERS_HELP = (
     "loader processes (default: from the cpu budget: one per 4 cores on cpu, all cores but one on an "
     "accelerator; at most 8)"
@@ -27,8 +33,8 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--device-modules",
-        nargs="*",
-        default=[],
+        nargs="+",
+        default=None,
         metavar="MODULE",
         help="Python modules to import first, for devices that register themselves on import",
     )
@@ -125,6 +131,37 @@ def add_model_args(
         metavar="BACKEND",
         help="compile the model with torch.compile (default backend: inductor)",
     )
+    group.add_argument(
+        "--torchcompile-mode",
+        default=None,
+        metavar="MODE",
+        help="torch.compile mode (default, reduce-overhead, max-autotune, ...)",
+    )
+    group.add_argument("--gp", default=None, metavar="POOL", help="global pool type (avg, max, avgmax, ...)")
+    group.add_argument(
+        "--fast-norm", action="store_true", default=False, help="timm's fast (low-precision) norm layers"
+    )
+    group.add_argument(
+        "--model-dtype",
+        default=None,
+        type=model_dtype_name,
+        metavar="DTYPE",
+        help="cast the model and its inputs to this dtype (float32, bfloat16, float16); "
+        "unlike --amp, no float32 master weights",
+    )
+    add_refused(
+        group,
+        "--torchscript",
+        action="store_true",
+        default=False,
+        reason="TorchScript is deprecated in torch 2.x and not supported here; use --torchcompile",
+    )
+    add_refused(
+        group,
+        "--fuser",
+        default="",
+        reason="selects a TorchScript fuser, and TorchScript is not supported here; use --torchcompile",
+    )
 
 
 def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
@@ -140,10 +177,31 @@ def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--std", type=float, nargs="+", default=None, metavar="STD", help="normalization std")
     group.add_argument(
         "--interpolation",
-        default=None,
-        choices=("bilinear", "bicubic", "nearest", "random"),
-        help="resize interpolation",
+        default="",
+        type=interpolation_name,
+        metavar="NAME",
+        help=f"resize interpolation: {', '.join(INTERPOLATIONS)} (default: the model's)",
     )
+
+
+def interpolation_name(name: str) -> str:
+    """timm's interpolation names (and random, which picks one per image); empty = the model's."""
+    if name not in ("", *INTERPOLATIONS):
+        raise argparse.ArgumentTypeError(f"invalid interpolation {name!r}: use one of {', '.join(INTERPOLATIONS)}")
+    return name
+
+
+def model_dtype_name(name: str) -> str:
+    """A torch floating dtype's name, as timm's --model-dtype takes it."""
+    if not isinstance(getattr(torch, name, None), torch.dtype) or not getattr(torch, name).is_floating_point:
+        raise argparse.ArgumentTypeError(f"invalid dtype {name!r}: use float32, bfloat16 or float16")
+    return name
+
+
+def timm_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """--model-kwargs with the model flags timm passes to create_model alongside them (--gp)."""
+    extra = {"global_pool": args.gp} if getattr(args, "gp", None) else {}
+    return {**args.model_kwargs, **extra}
 
 
 def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:

@@ -6,13 +6,20 @@ import argparse
 import difflib
 import math
 import re
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from vtools.cli.timm_compat import check_refused
 from vtools.errors import UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (exit 2, no usage block), naming the closest real flag."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """Parse, then stop in one line on a timm flag that only its default may take here."""
+        parsed = super().parse_args(args, namespace)
+        check_refused(self, parsed)
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message + self._closest_flag(message))

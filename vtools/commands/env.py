@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
     parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
     args = parser.parse_args(argv)
-    report = collect(args.device, tuple(args.device_modules))
+    report = collect(args.device, tuple(args.device_modules or ()))
     print(format_report(report))
     sys.stdout.flush()
     if " unusable: " in str(report["device"]):

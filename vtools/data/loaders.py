@@ -141,8 +141,10 @@ class DeviceLoader:
         channels_last: bool = False,
         batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         on_bad: Callable[[list[BadSample]], None] | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         self.loader = loader
+        self.dtype = dtype  # --model-dtype: batches in the model's dtype (normalized in float32 first)
         self.device = device
         shape = (1, len(mean), 1, 1)
         self.mean = torch.tensor(mean, dtype=torch.float32).view(shape).to(device)
@@ -180,6 +182,8 @@ class DeviceLoader:
                 images = images.contiguous(memory_format=torch.channels_last)
             if self.batch_transform is not None:
                 images = self.batch_transform(images)
+            if self.dtype is not None:
+                images = images.to(self.dtype)
         return Batch(images, targets, batch.indices, batch.bad)
 
     def _prepare(self, batch: Batch) -> Batch:
@@ -262,6 +266,7 @@ def eval_device_loader(
     sampler: Sampler | None = None,
     persistent: bool = False,
     keep_bytes: int = 0,
+    dtype: torch.dtype | None = None,
 ) -> DeviceLoader:
     """One pass over ``dataset`` in order, as normalized batches on ``device``; with ``keep_bytes``, a
     set whose images fit in that many bytes is decoded once and replayed (:class:`KeptBatches`)."""
@@ -269,5 +274,11 @@ def eval_device_loader(
     if keep_bytes:
         loader = KeptBatches(loader, keep_bytes)
     return DeviceLoader(
-        loader, device, data_config["mean"], data_config["std"], channels_last=channels_last, on_bad=on_bad
+        loader,
+        device,
+        data_config["mean"],
+        data_config["std"],
+        channels_last=channels_last,
+        on_bad=on_bad,
+        dtype=dtype,
     )

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 import torch
+from timm.layers import set_fast_norm
 
 from vtools.runtime.amp import AmpPolicy, resolve_amp
 from vtools.runtime.cpu_budget import CpuBudget, setup_cpu_budget
@@ -19,13 +20,19 @@ class Runtime:
     device: torch.device
     amp: AmpPolicy
     budget: CpuBudget
+    model_dtype: torch.dtype | None = None  # --model-dtype: the weights' and the batches' dtype
 
 
 def setup_runtime(args: argparse.Namespace) -> Runtime:
     """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
     split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
-    device = resolve_device(args.device, args.device_modules)
+    device = resolve_device(args.device, args.device_modules or ())
     apply_tuning(device)
     budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)
-    return Runtime(device=device, amp=resolve_amp(device, args.amp, args.amp_dtype), budget=budget)
+    if getattr(args, "fast_norm", False):
+        set_fast_norm()  # before any model is built: timm's norm layers read it when created
+    model_dtype = getattr(torch, args.model_dtype) if getattr(args, "model_dtype", None) else None
+    return Runtime(
+        device=device, amp=resolve_amp(device, args.amp, args.amp_dtype), budget=budget, model_dtype=model_dtype
+    )

@@ -1,0 +1,69 @@
+"""timm's flags that vtools accepts without acting on them: refused unless left at timm's default, or no-ops.
+
+Every option of timm's train.py, validate.py and inference.py parses here, so a
+timm command line or args.yaml never stops at an unknown flag. Most of them
+work; the few that cannot mean anything here are declared with timm's own
+spec (type, nargs, default) and one of two outcomes:
+
+- *refused*: at timm's default the flag changes nothing, so the run goes on;
+  any other value stops the run in one line that says why and what to use;
+- *no-op*: what the flag changes in timm does not exist here (a loader
+  prefetcher, pinned memory), so every value gives the same results.
+
+Both are hidden from ``--help`` (which lists what works) and listed, with
+their reasons, in the README's compatibility table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from vtools.errors import UsageError
+
+_REFUSAL = "vtools_refusal"
+_NO_OP = "vtools_no_op"
+
+
+def add_refused(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
+    """A timm flag that only its default value may take here; ``reason`` says why and what to use instead."""
+    action = group.add_argument(*flags, help=argparse.SUPPRESS, **spec)
+    setattr(action, _REFUSAL, reason)
+    return action
+
+
+def add_no_op(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
+    """A timm flag whose every value gives the same results here; ``reason`` says why."""
+    action = group.add_argument(*flags, help=argparse.SUPPRESS, **spec)
+    setattr(action, _NO_OP, reason)
+    return action
+
+
+def refused_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Flag -> reason, for every refused flag of ``parser``."""
+    return {_name(action): getattr(action, _REFUSAL) for action in parser._actions if hasattr(action, _REFUSAL)}
+
+
+def no_op_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Flag -> reason, for every accepted flag that changes nothing here."""
+    return {_name(action): getattr(action, _NO_OP) for action in parser._actions if hasattr(action, _NO_OP)}
+
+
+def check_refused(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop in one line when a refused flag has a value other than timm's default."""
+    for action in parser._actions:
+        if hasattr(action, _REFUSAL) and getattr(args, action.dest, action.default) != action.default:
+            given = f"{_name(action)} {_shown(getattr(args, action.dest))}".strip()
+            raise UsageError(f"{given}: {getattr(action, _REFUSAL)}")
+
+
+def _name(action: argparse.Action) -> str:
+    return max(action.option_strings, key=len)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return ""
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return str(value)
