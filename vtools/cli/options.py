@@ -9,7 +9,6 @@ import torch
 from timm.utils import ParseKwargs
 
 from vtools.cli.timm_compat import add_refused
-
 from vtools.runtime.amp import AMP_DTYPES
 
 # timm's resize names (timm.data.transforms.str_to_interp_mode), and random: one of them per image
