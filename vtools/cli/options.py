@@ -256,6 +256,26 @@ def add_dataset_args(group: argparse._ArgumentGroup) -> None:
         help="hfds: image column (default: image); wds: image extensions (default: jpg;png;webp...)",
     )
     group.add_argument(
+        "--class-map",
+        default="",
+        metavar="FILE",
+        help="text file of class names, one per line: line number = label index",
+    )
+    group.add_argument(
+        "--input-img-mode",
+        default=None,
+        metavar="MODE",
+        help="PIL mode images are converted to (RGB, L, ...) (default: from the model's input channels)",
+    )
+    add_refused(
+        group,
+        "--dataset-trust-remote-code",
+        action="store_true",
+        default=False,
+        reason="hfds/ reads datasets' own formats (save_to_disk folders, Parquet), which run no dataset "
+        "script; convert a script-based dataset with the datasets library first",
+    )
+    group.add_argument(
         "--target-key",
         default=None,
         metavar="KEY",

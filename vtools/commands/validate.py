@@ -63,12 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="validation",
         help="split to validate: folder, split name or shard pattern (default: validation)",
     )
-    group.add_argument(
-        "--class-map",
-        default="",
-        metavar="FILE",
-        help="text file of class folder names, one per line, line number = label index",
-    )
     add_model_args(parser)
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)
