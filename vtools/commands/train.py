@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from timm.utils import distribute_bn
 
 from vtools.atomic import atomic_write_text, check_writable
 from vtools.cli.config import dump_config, parse_with_config
+from vtools.cli.options import timm_model_kwargs
 from vtools.cli.parser import check_values
 from vtools.data.readers.registry import Source
 from vtools.errors import RunFailed, UsageError
@@ -41,6 +43,7 @@ from vtools.train.assemble import (
     build_components,
     build_datasets,
     build_loaders,
+    build_model,
     wrap_for_speed,
 )
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, load_training_state
@@ -60,6 +63,7 @@ from vtools.train.resume import (
     experiment_changes,
     read_summary,
     restore,
+    start_at_epoch,
     training_state,
 )
 from vtools.train.run_lock import FolderClaim, owned_folder
@@ -112,19 +116,13 @@ def run_training(
     classes = classes or [str(label) for label in range(num_classes)]
     if resume_state is not None:
         check_same_experiment(resume_state, run.resume, args, classes, len(train_source), dist_info, say)
-    model = create_model(
-        args.model,
-        pretrained=args.pretrained,
-        num_classes=num_classes,
-        in_chans=args.in_chans,
-        model_kwargs=args.model_kwargs,
-        drop_rate=args.drop,
-        drop_path_rate=args.drop_path,
-        checkpoint=args.initial_checkpoint or None,
-        device=device,
+    model = build_model(args, num_classes, device, runtime.model_dtype)
+    loaders = build_loaders(
+        args, model, train_source, val_source, device, dist_info, runtime.budget.workers, runtime.model_dtype
     )
-    loaders = build_loaders(args, model, train_source, val_source, device, dist_info, runtime.budget.workers)
-    parts, lr, num_epochs = build_components(args, model, loaders, num_classes, device, amp, dist_info)
+    parts, lr, num_epochs = build_components(
+        args, model, loaders, num_classes, device, amp, dist_info, runtime.model_dtype
+    )
     manager = CheckpointManager(
         out_dir,
         keep=args.checkpoint_hist,
@@ -133,8 +131,21 @@ def run_training(
     )
     position = Position()
     if resume_state is not None:
-        position, note = restore(resume_state, parts, manager, device, dist_info, args.seed, args.batch_size)
+        position, note = restore(
+            resume_state,
+            parts,
+            manager,
+            device,
+            dist_info,
+            args.seed,
+            args.batch_size,
+            resume_optimizer=not args.no_resume_opt,
+        )
         say(f"resumed from {run.resume} at epoch {position.epoch}, step {position.step}{note}")
+    if args.start_epoch is not None:
+        position = start_at_epoch(
+            parts, args.start_epoch, loaders.updates_per_epoch(args.grad_accum_steps), args.sched_on_updates
+        )
     wrap_for_speed(parts, args, device, dist_info)
     if dist_info.is_main:
         carry_best_checkpoint(run.resume, manager)
@@ -181,13 +192,15 @@ def run_training(
                 carried=position.carried if resuming else (0.0, 0),
                 on_log=scalars.step,
             )
+            if not result.interrupted:
+                share_batchnorm_statistics(parts, args, dist_info)
             metrics = None
             continues = epoch + 1 < num_epochs and not result.interrupted
             if continues and runtime.budget.decode_during_validation:
                 start_epoch(loaders, epoch + 1)  # its first batches are decoded while the device validates
             if validates and not result.interrupted:
                 metrics = evaluate(
-                    eval_model(parts, dist_info),
+                    eval_model(parts, dist_info, args),
                     loaders.val,
                     device,
                     amp,
@@ -268,7 +281,9 @@ def finish_run(
     if not dist_info.is_main:
         return
     claim.wrote(out_dir / "model", created=not (out_dir / "model").exists())
-    exported, others = export_best(args, out_dir, num_classes, classes, data_config, parts.ema is not None)
+    exported, others = export_best(
+        args, out_dir, num_classes, classes, data_config, ema_on_device(parts, args) is not None
+    )
     say(f"best {args.eval_metric} {manager.best_metric:.4f} at epoch {manager.best_epoch}; model folder: {exported}")
     if others:
         say(f"{exported} also holds {', '.join(others)}, which this run did not write: left as they are")
@@ -370,11 +385,30 @@ def draw_curves(claim: FolderClaim) -> str:
         return f"no curves.png: {missing}"
 
 
-def eval_model(parts: TrainComponents, dist_info: DistInfo) -> torch.nn.Module:
-    """The EMA weights when tracked; never the DDP wrapper: its forward may broadcast buffers, a
-    collective that shards differing by one batch could not match."""
-    if parts.ema is not None:
-        return parts.ema.module
+def share_batchnorm_statistics(parts: TrainComponents, args: argparse.Namespace, dist_info: DistInfo) -> None:
+    """--dist-bn after an epoch under DDP, as timm's train.py: BatchNorm running statistics averaged over
+    the ranks (reduce) or rank 0's everywhere (broadcast), in the model and in an EMA on the device. Off
+    with --sync-bn, whose statistics are already shared."""
+    if not dist_info.enabled or not args.dist_bn or args.sync_bn:
+        return
+    for model in (unwrap(parts.model), ema_on_device(parts, args)):
+        if model is not None:
+            distribute_bn(model, dist_info.world_size, reduce=args.dist_bn == "reduce")
+
+
+def ema_on_device(parts: TrainComponents, args: argparse.Namespace) -> torch.nn.Module | None:
+    """The EMA weights that validation uses: none without --model-ema, or with --model-ema-force-cpu
+    (timm validates the trained weights then)."""
+    if parts.ema is None or args.model_ema_force_cpu:
+        return None
+    return parts.ema.module
+
+
+def eval_model(parts: TrainComponents, dist_info: DistInfo, args: argparse.Namespace) -> torch.nn.Module:
+    """The EMA weights when tracked on the device; never the DDP wrapper: its forward may broadcast
+    buffers, a collective that shards differing by one batch could not match."""
+    if (ema := ema_on_device(parts, args)) is not None:
+        return ema
     return unwrap(parts.model) if dist_info.enabled else parts.model
 
 
@@ -420,7 +454,12 @@ def export_best(
 ) -> tuple[Path, list[str]]:
     """Export the best epoch's weights (EMA weights when EMA was tracked) as a model folder."""
     model = create_model(
-        args.model, pretrained=False, num_classes=num_classes, in_chans=args.in_chans, model_kwargs=args.model_kwargs
+        args.model,
+        pretrained=False,
+        num_classes=num_classes,
+        in_chans=args.in_chans,
+        model_kwargs=timm_model_kwargs(args),
+        bn_eps=args.bn_eps,
     )
     model.load_state_dict(read_state_dict(out_dir / BEST, use_ema=use_ema))
     return export_model_folder(model, out_dir / "model", classes, data_config)

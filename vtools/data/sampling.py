@@ -17,14 +17,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from timm.data.distributed_sampler import RepeatAugSampler
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from vtools.data.decode import BadSample
 
 
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """A well-mixed 63-bit seed per (run seed, epoch, sample)."""
-    mixed = np.random.SeedSequence([seed & 0xFFFFFFFF, epoch, index]).generate_state(2, dtype=np.uint32)
+def sample_seed(seed: int, epoch: int, index: int, occurrence: int = 0) -> int:
+    """A well-mixed 63-bit seed per (run seed, epoch, sample); ``occurrence`` tells apart the copies of a
+    sample that repeated augmentation puts in one epoch (0 when each sample comes once)."""
+    entropy = [seed & 0xFFFFFFFF, epoch, index] + ([occurrence] if occurrence else [])
+    mixed = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
     return int(mixed[0]) << 31 ^ int(mixed[1])
 
 
@@ -47,9 +50,9 @@ class SeededSamples(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: tuple[int, int]) -> Any:
-        epoch, index = key
-        seed = sample_seed(self.seed, epoch, index)
+    def __getitem__(self, key: tuple[int, ...]) -> Any:
+        epoch, index, *occurrence = key
+        seed = sample_seed(self.seed, epoch, index, *occurrence)
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.default_generator.manual_seed(seed)  # cpu only: workers must not touch the device
@@ -72,13 +75,34 @@ def _is_bad(image: Any) -> bool:
     return isinstance(image, BadSample)
 
 
-class EpochSampler(Sampler[tuple[int, int]]):
-    """Seeded shuffling (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch."""
+class EpochSampler(Sampler[tuple[int, ...]]):
+    """Seeded shuffling (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch.
 
-    def __init__(self, length: int, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> None:
-        self.order = DistributedSampler(
-            range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True
-        )
+    With ``repeats`` (--aug-repeats), the order is timm's ``RepeatAugSampler``'s
+    (each sample ``repeats`` times per epoch, its copies on different ranks, the
+    permutation seeded by the epoch as timm's is), and each key carries the
+    copy's position in the epoch, so every copy gets its own augmentation.
+    """
+
+    def __init__(
+        self,
+        length: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        repeats: float = 0,
+    ) -> None:
+        self.order: Sampler[int]
+        if repeats:
+            self.order = RepeatAugSampler(
+                range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, num_repeats=repeats
+            )
+        else:
+            self.order = DistributedSampler(
+                range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True
+            )
+        self.rank, self.world_size, self.repeats = rank, world_size, repeats
         self.epoch = 0
         self.skip = 0
 
@@ -88,10 +112,16 @@ class EpochSampler(Sampler[tuple[int, int]]):
         self.skip = skip_samples
         self.order.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        for position, index in enumerate(self.order):
-            if position >= self.skip:
-                yield self.epoch, index
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        if not self.repeats:
+            for position, index in enumerate(self.order):
+                if position >= self.skip:
+                    yield self.epoch, index
+            return
+        # RepeatAugSampler hands rank r the positions r, r + W, r + 2W ... of the epoch's repeated order
+        for local, index in enumerate(self.order):
+            if local >= self.skip:
+                yield self.epoch, index, 1 + self.rank + local * self.world_size
 
     def __len__(self) -> int:
         return len(self.order) - self.skip

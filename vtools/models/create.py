@@ -211,7 +211,7 @@ def _timm_create(
 ) -> torch.nn.Module:
     """timm.create_model with its failures turned into one-line errors. ``folder``: the model folder that
     ``normalized`` reads; ``user_keys``: the keyword arguments that --model-kwargs gave."""
-    if pretrained and folder is None:
+    if pretrained and folder is None and "file" not in (kwargs.get("pretrained_cfg_overlay") or {}):
         _offline_first(name)
     try:
         return timm.create_model(normalized, pretrained=pretrained, **kwargs)

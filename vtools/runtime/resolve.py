@@ -11,6 +11,7 @@ from timm.layers import set_fast_norm
 from vtools.runtime.amp import AmpPolicy, resolve_amp
 from vtools.runtime.cpu_budget import CpuBudget, setup_cpu_budget
 from vtools.runtime.device import apply_tuning, resolve_device
+from vtools.runtime.distributed import adopt_srun_launch
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ def setup_runtime(args: argparse.Namespace) -> Runtime:
     """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
     split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
+    adopt_srun_launch()  # srun's SLURM_* as torchrun's RANK/LOCAL_RANK/...: LOCAL_RANK picks the device
     device = resolve_device(args.device, args.device_modules or ())
     apply_tuning(device)
     budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)

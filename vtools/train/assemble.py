@@ -12,17 +12,17 @@ from typing import Any
 
 import torch
 from timm.layers import convert_sync_batchnorm
+from timm.task import LogitDistillationTask
 
-from vtools.cli.options import (
-    preprocess_overrides,
-)
+from vtools.cli.options import preprocess_overrides, timm_model_kwargs
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
-from vtools.data.readers.folder import resolve_split_dir
+from vtools.data.readers.folder import read_class_map, resolve_split_dir
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
+from vtools.models.create import create_model
 from vtools.models.prepare import use_channels_last
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
@@ -46,10 +46,58 @@ def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] 
         root = args.data_dir
         if resolve_split_dir(root, args.train_split) == resolve_split_dir(root, args.val_split):
             raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
-    train = open_source(request(args.train_split))
-    class_map = {name: index for index, name in enumerate(train.classes)} if not args.dataset else None
+    given_map = read_class_map(args.class_map) if args.class_map else None
+    train = open_source(request(args.train_split, given_map))
+    class_map = given_map or ({name: index for index, name in enumerate(train.classes)} if not args.dataset else None)
     val = open_source(request(args.val_split, class_map))
     return train, val, train.classes
+
+
+def build_model(
+    args: argparse.Namespace, num_classes: int, device: torch.device, dtype: torch.dtype | None = None
+) -> torch.nn.Module:
+    """The model to train, built as timm's train.py builds it: dropout, drop-path (--drop-connect is its
+    old name), DropBlock, BatchNorm settings, --pretrained-path with its classifier adapted, classifier
+    init, gradient checkpointing, and --model-dtype."""
+    overlay = {"file": args.pretrained_path, "num_classes": -1} if args.pretrained_path else None
+    model = create_model(
+        args.model,
+        pretrained=args.pretrained or bool(args.pretrained_path),
+        num_classes=num_classes,
+        in_chans=args.in_chans,
+        model_kwargs=timm_model_kwargs(args),
+        drop_rate=args.drop,
+        drop_path_rate=args.drop_path if args.drop_path is not None else args.drop_connect,
+        drop_block_rate=args.drop_block,
+        bn_momentum=args.bn_momentum,
+        bn_eps=args.bn_eps,
+        pretrained_cfg_overlay=overlay,
+        checkpoint=args.initial_checkpoint or None,
+        device=device,
+    )
+    if args.head_init_scale is not None or args.head_init_bias is not None:
+        init_head(model, args.head_init_scale, args.head_init_bias)
+    if args.grad_checkpointing:
+        model.set_grad_checkpointing(enable=True)
+    if dtype is not None:
+        model.to(dtype=dtype)
+    return model
+
+
+def init_head(model: torch.nn.Module, scale: float | None, bias: float | None) -> None:
+    """--head-init-scale multiplies the classifier's weight and bias; --head-init-bias then sets the bias."""
+    head = model.get_classifier()
+    if not isinstance(head, torch.nn.Linear):
+        raise UsageError(
+            f"--head-init-scale/--head-init-bias need a linear classifier; this model's is {type(head).__name__}"
+        )
+    with torch.no_grad():
+        if scale is not None:
+            head.weight.mul_(scale)
+            if head.bias is not None:
+                head.bias.mul_(scale)
+        if bias is not None and head.bias is not None:
+            head.bias.fill_(bias)
 
 
 @dataclass
@@ -60,6 +108,10 @@ class Loaders:
     data_config: dict[str, Any]
     channels_last: bool
 
+    def updates_per_epoch(self, grad_accum_steps: int) -> int:
+        """Optimizer updates in an epoch: its batches over --grad-accum-steps, a last short group counting."""
+        return (len(self.train) + grad_accum_steps - 1) // grad_accum_steps
+
 
 def build_loaders(
     args: argparse.Namespace,
@@ -69,10 +121,12 @@ def build_loaders(
     device: torch.device,
     dist_info: DistInfo,
     workers: int,
+    dtype: torch.dtype | None = None,
 ) -> Loaders:
-    """Training batches (seeded order and augmentation) and exact-once validation batches, on the device."""
+    """Training batches (seeded order and augmentation) and exact-once validation batches, on the device
+    (in ``dtype``, --model-dtype, when given)."""
     data_config = data_config_for(model, preprocess_overrides(args))
-    mode = image_mode(data_config)
+    mode = args.input_img_mode or image_mode(data_config)
     keep = KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
     train_set = SeededSamples(
         train_source.images(recipe.build_train_transform(args, data_config), mode, keep),
@@ -81,7 +135,7 @@ def build_loaders(
     )
     val_set = val_source.images(eval_transform(data_config), mode)
     channels_last = use_channels_last(args.channels_last, model, device)
-    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size)
+    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size, repeats=args.aug_repeats)
     if len(sampler.order) < args.batch_size:
         raise UsageError(
             f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images per process"
@@ -94,6 +148,7 @@ def build_loaders(
         channels_last=channels_last,
         batch_transform=recipe.build_random_erasing(args, device),
         on_bad=bad_image_handler(args.on_bad_image, [], keep_batches_full=True),
+        dtype=dtype,
     )
     val_loader = eval_device_loader(
         val_set,
@@ -106,6 +161,7 @@ def build_loaders(
         sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size),
         persistent=True,
         keep_bytes=KEEP_VALIDATION_BYTES,
+        dtype=dtype,
     )
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
 
@@ -118,6 +174,7 @@ def build_components(
     device: torch.device,
     amp: Any,
     dist_info: DistInfo,
+    dtype: torch.dtype | None = None,
 ) -> tuple[TrainComponents, float, int]:
     """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
     rate, and the number of epochs to train (timm's: warmup prefix and cool-down included)."""
@@ -125,15 +182,16 @@ def build_components(
         model.to(memory_format=torch.channels_last)
     if dist_info.enabled and args.sync_bn:
         model = convert_sync_batchnorm(model)
-    updates_per_epoch = (len(loaders.train) + args.grad_accum_steps - 1) // args.grad_accum_steps
+    updates_per_epoch = loaders.updates_per_epoch(args.grad_accum_steps)
     lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
     optimizer = recipe.build_optimizer(model, args, lr)
     mixup = recipe.build_mixup(args, num_classes)
     scheduler, num_epochs = recipe.build_scheduler(optimizer, args, updates_per_epoch)
+    loss_fn = recipe.build_train_loss(args, mixup is not None).to(device)
     parts = TrainComponents(
         model=model,
         optimizer=optimizer,
-        loss_fn=recipe.build_train_loss(args, mixup is not None).to(device),
+        loss_fn=loss_fn,
         amp=amp,
         device=device,
         scaler=amp.grad_scaler(),
@@ -143,14 +201,56 @@ def build_components(
         clip_grad=args.clip_grad,
         clip_mode=args.clip_mode,
         grad_accum_steps=args.grad_accum_steps,
+        task=build_distillation(args, model, loss_fn, device, dtype),
+        synchronize_step=args.synchronize_step,
     )
     return parts, lr, num_epochs
+
+
+def build_distillation(
+    args: argparse.Namespace,
+    student: torch.nn.Module,
+    loss_fn: torch.nn.Module,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> LogitDistillationTask | None:
+    """timm's logit distillation task for --kd-model-name (None without one). The teacher comes through
+    vtools' model loading (model folders, hub names, safe weights) with the student's classes, frozen and
+    in eval mode; it is rebuilt on resume, never saved in checkpoints."""
+    if not args.kd_model_name:
+        return None
+    teacher = create_model(
+        args.kd_model_name,
+        pretrained=True,
+        num_classes=student.num_classes,
+        in_chans=args.in_chans,
+        device=device,
+    )
+    if dtype is not None:
+        teacher.to(dtype=dtype)
+    teacher.eval().requires_grad_(False)
+    return LogitDistillationTask(
+        student_model=student,
+        teacher_model=teacher,
+        criterion=loss_fn,
+        loss_type=args.kd_loss_type,
+        distill_loss_weight=args.distill_loss_weight,
+        task_loss_weight=args.task_loss_weight,
+        temperature=args.kd_temperature,
+        device=device,
+        dtype=dtype,
+        verbose=False,
+    )
 
 
 def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: torch.device, dist_info: DistInfo) -> None:
     """DDP across processes, then torch.compile, once the weights are final (after resume)."""
     if dist_info.enabled:
         ddp_ids = [device.index] if device.type != "cpu" else None
-        parts.model = torch.nn.parallel.DistributedDataParallel(parts.model, device_ids=ddp_ids)
+        parts.model = torch.nn.parallel.DistributedDataParallel(
+            parts.model, device_ids=ddp_ids, broadcast_buffers=not args.no_ddp_bb
+        )
     if args.torchcompile:
-        parts.model = torch.compile(parts.model, backend=args.torchcompile)
+        parts.model = torch.compile(parts.model, backend=args.torchcompile, mode=args.torchcompile_mode)
+    if parts.task is not None:
+        parts.task.trainable_module = parts.model  # the task's student forward goes through DDP / compile

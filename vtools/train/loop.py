@@ -22,8 +22,10 @@ from timm.utils import dispatch_clip_grad
 from vtools.errors import RunFailed
 from vtools.models.prepare import unwrap
 from vtools.progress import progress
+from vtools.runtime import device as dev
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.distributed import all_reduce_sum, any_rank
+from vtools.train.recipe import clip_parameters
 
 
 class StopRequest:
@@ -106,6 +108,14 @@ class TrainComponents:
     clip_grad: float | None = None
     clip_mode: str = "norm"
     grad_accum_steps: int = 1
+    task: Any = None  # a timm TrainingTask (distillation) computing the loss from the student ``model``
+    synchronize_step: bool = False  # --synchronize-step: wait for the device after each update
+
+    def loss(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The training loss of a batch: the task's (distillation), else the loss of the model's output."""
+        if self.task is not None:
+            return self.task(images, targets)["loss"]
+        return self.loss_fn(self.model(images), targets)
 
 
 @dataclass
@@ -190,7 +200,7 @@ def train_one_epoch(
         sync_context = model.no_sync() if hasattr(model, "no_sync") and not is_update else nullcontext()
         with sync_context:
             with parts.amp.autocast():
-                loss = parts.loss_fn(model(images), targets)
+                loss = parts.loss(images, targets)
             scaled = loss / accumulation_divisor(step, total_steps, accum)
             (parts.scaler.scale(scaled) if parts.scaler is not None else scaled).backward()
         if is_update:
@@ -200,6 +210,8 @@ def train_one_epoch(
                 parts.ema.update(unwrap(model), step=num_updates)
             if parts.scheduler is not None:
                 parts.scheduler.step_update(num_updates=num_updates)
+            if parts.synchronize_step:
+                dev.synchronize(device)
         detached = loss.detach().float()
         window[filled] = detached
         loss_sum += detached * len(targets)
@@ -245,7 +257,8 @@ def _optimizer_step(parts: TrainComponents) -> torch.Tensor:
     if scaler is not None and parts.clip_grad:
         scaler.unscale_(parts.optimizer)
     if parts.clip_grad:
-        dispatch_clip_grad(parts.model.parameters(), value=parts.clip_grad, mode=parts.clip_mode)
+        parameters = clip_parameters(unwrap(parts.model), parts.clip_mode)
+        dispatch_clip_grad(parameters, value=parts.clip_grad, mode=parts.clip_mode)
     if scaler is None:
         parts.optimizer.step()
         parts.optimizer.zero_grad(set_to_none=True)

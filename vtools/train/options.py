@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from timm.utils import ParseKwargs
+
 from vtools.cli.options import (
     WORKERS_HELP,
     add_data_source_args,
@@ -14,6 +16,7 @@ from vtools.cli.options import (
     add_preprocess_args,
 )
 from vtools.cli.parser import OneLineParser, check_positive
+from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.data.decode import ON_BAD_IMAGE
 from vtools.errors import UsageError
 from vtools.train import recipe
@@ -39,7 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=ON_BAD_IMAGE,
         help="stop on an unreadable image, or skip it (default: error)",
     )
+    for flag in ("--train-num-samples", "--val-num-samples"):
+        add_no_op(
+            group,
+            flag,
+            type=int,
+            default=None,
+            reason="timm needs it to size streamed datasets; every vtools source (folders, indexed shards, "
+            "local Hugging Face copies) knows its length",
+        )
     add_model_args(parser, default_model="resnet50", checkpoint_flags=False)
+    add_train_model_args(parser)
     add_preprocess_args(parser)
     group = parser.add_argument_group("batches")
     group.add_argument("--batch-size", "-b", type=int, default=128, help="per-device batch size (default: 128)")
@@ -55,6 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
     group.add_argument("--weight-decay", type=float, default=2e-5, help="weight decay (default: 2e-5)")
     group.add_argument("--layer-decay", type=float, default=None, help="layer-wise lr decay")
+    group.add_argument(
+        "--layer-decay-min-scale", type=float, default=0, help="floor of the layer-decay lr scale (default: 0)"
+    )
+    group.add_argument(
+        "--layer-decay-no-opt-scale",
+        type=float,
+        default=None,
+        help="layers whose layer-decay scale falls below this are frozen",
+    )
+    group.add_argument(
+        "--opt-kwargs",
+        nargs="*",
+        default={},
+        action=ParseKwargs,
+        metavar="KEY=VALUE",
+        help="extra keyword arguments for the optimizer",
+    )
     group.add_argument("--clip-grad", type=float, default=None, help="gradient clipping threshold")
     group.add_argument(
         "--clip-mode", default="norm", choices=("norm", "value", "agc"), help="gradient clipping mode (default: norm)"
@@ -78,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--min-lr", type=float, default=0.0, help="floor of the schedule (default: 0)")
     group.add_argument("--epochs", type=int, default=300, help="epochs to train (default: 300)")
+    add_refused(
+        group,
+        "--epoch-repeats",
+        type=float,
+        default=0.0,
+        reason="timm repeats only streamed (iterable) datasets; every vtools source is indexed: train more "
+        "--epochs instead",
+    )
     group.add_argument("--decay-epochs", type=float, default=90, help="epochs between step decays (default: 90)")
     group.add_argument(
         "--decay-milestones",
@@ -118,11 +156,19 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--lr-k-decay", type=float, default=1.0, help="k-decay of cosine/poly (default: 1)")
     group = parser.add_argument_group("augmentation and regularization")
     group.add_argument("--no-aug", action="store_true", default=False, help="no training augmentation")
-    group.add_argument("--scale", type=float, nargs=2, default=[0.08, 1.0], help="random resized crop scale")
-    group.add_argument("--ratio", type=float, nargs=2, default=[3 / 4, 4 / 3], help="random resized crop ratio")
+    group.add_argument(
+        "--train-crop-mode", default=None, metavar="MODE", help="training crop: rrc (default) or rkrc, rkrr"
+    )
+    group.add_argument("--scale", type=float, nargs="+", default=[0.08, 1.0], help="random resized crop scale")
+    group.add_argument("--ratio", type=float, nargs="+", default=[3 / 4, 4 / 3], help="random resized crop ratio")
     group.add_argument("--hflip", type=float, default=0.5, help="horizontal flip probability (default: 0.5)")
     group.add_argument("--vflip", type=float, default=0.0, help="vertical flip probability (default: 0)")
     group.add_argument("--color-jitter", type=float, default=0.4, help="color jitter strength (default: 0.4)")
+    group.add_argument(
+        "--color-jitter-prob", type=float, default=None, help="probability of color jitter (default: always)"
+    )
+    group.add_argument("--grayscale-prob", type=float, default=None, help="probability of grayscale conversion")
+    group.add_argument("--gaussian-blur-prob", type=float, default=None, help="probability of gaussian blur")
     group.add_argument("--aa", default=None, help="AutoAugment/RandAugment policy, e.g. rand-m9-mstd0.5-inc1")
     group.add_argument(
         "--train-interpolation", default="random", help="training resize interpolation (default: random)"
@@ -152,14 +198,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--mixup-off-epoch", type=int, default=0, help="turn mixup off from this epoch (0: never)")
     group.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
-    group.add_argument("--bce-loss", action="store_true", default=False, help="binary cross-entropy loss")
+    group.add_argument(
+        "--bce-loss",
+        action="store_true",
+        default=False,
+        help="binary cross-entropy loss (with --smoothing or mixup; plain cross-entropy otherwise, as timm)",
+    )
+    group.add_argument("--bce-sum", action="store_true", default=False, help="sum the BCE loss over classes")
     group.add_argument("--bce-target-thresh", type=float, default=None, help="binarize BCE targets at this threshold")
-    group.add_argument("--drop", type=float, default=None, help="dropout rate")
+    group.add_argument("--bce-pos-weight", type=float, default=None, help="BCE weight of positive targets")
+    group.add_argument(
+        "--aug-repeats",
+        type=float,
+        default=0,
+        metavar="N",
+        help="repeated augmentation: each image N times per epoch, spread over the processes (timm's "
+        "RepeatAugSampler; DeiT recipes use 3) (default: 0, off)",
+    )
+    group.add_argument("--drop", type=float, default=0.0, help="dropout rate (default: 0)")
+    group.add_argument(
+        "--drop-connect", type=float, default=None, help="old name of --drop-path (used when --drop-path is not)"
+    )
     group.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate")
+    group.add_argument("--drop-block", type=float, default=None, help="DropBlock rate")
     group.add_argument("--model-ema", action="store_true", default=False, help="track an EMA of the weights")
     group.add_argument("--model-ema-decay", type=float, default=0.9998, help="EMA decay (default: 0.9998)")
     group.add_argument(
         "--model-ema-warmup", action="store_true", default=False, help="ramp the EMA decay up over the first updates"
+    )
+    group.add_argument(
+        "--model-ema-force-cpu",
+        action="store_true",
+        default=False,
+        help="keep the EMA weights on the host (as timm, the EMA is then not validated: the best checkpoint "
+        "follows the trained weights)",
     )
     group = parser.add_argument_group("run")
     group.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
@@ -177,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="validate and keep numbered checkpoints every N epochs and after the last (default: 1)",
     )
-    group.add_argument("--output", default="runs", metavar="DIR", help="parent folder of run folders")
+    group.add_argument("--output", default="", metavar="DIR", help="parent folder of run folders (default: runs)")
     group.add_argument("--experiment", default="", help="run folder name (default: <model>-<timestamp>)")
     group.add_argument(
         "--resume",
@@ -187,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
         "one of the newest <model>-<timestamp> run in --output",
     )
     group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
+    group.add_argument(
+        "--no-resume-opt",
+        action="store_true",
+        default=False,
+        help="with --resume: restart the optimizer and GradScaler state, keep weights and position",
+    )
+    group.add_argument(
+        "--start-epoch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="epoch to start at (the schedule starts there too); overrides a resumed position",
+    )
     group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
     group.add_argument(
         "--log-tensorboard",
@@ -201,9 +286,175 @@ def build_parser() -> argparse.ArgumentParser:
         help="metric that picks the best checkpoint (default: top1)",
     )
     group.add_argument("--sync-bn", action="store_true", default=False, help="synchronized BatchNorm under DDP")
+    group.add_argument(
+        "--dist-bn",
+        default="reduce",
+        choices=("reduce", "broadcast", ""),
+        help="after each epoch under DDP, average (reduce) BatchNorm statistics over the processes, or copy "
+        "rank 0's (broadcast), or leave each rank's ('') (default: reduce)",
+    )
+    group.add_argument(
+        "--no-ddp-bb", action="store_true", default=False, help="DDP does not broadcast buffers before each forward"
+    )
+    group.add_argument(
+        "--synchronize-step",
+        action="store_true",
+        default=False,
+        help="wait for the device after every update (timing and debugging; slower)",
+    )
     group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
     add_device_args(parser)
+    add_distillation_args(parser)
+    add_accepted_timm_args(parser)
     return parser
+
+
+def add_train_model_args(parser: argparse.ArgumentParser) -> None:
+    """Model flags of timm's train.py beyond the ones every script shares."""
+    group = parser.add_argument_group("model (training)")
+    group.add_argument(
+        "--pretrained-path",
+        default=None,
+        metavar="PATH",
+        help="pretrained weights file for --model (its classifier is adapted to --num-classes)",
+    )
+    group.add_argument(
+        "--grad-checkpointing",
+        action="store_true",
+        default=False,
+        help="recompute activations in the backward pass (less memory, about a third more compute)",
+    )
+    group.add_argument("--head-init-scale", type=float, default=None, help="scale the classifier's initial weights")
+    group.add_argument("--head-init-bias", type=float, default=None, help="initial value of the classifier's bias")
+    group.add_argument("--bn-momentum", type=float, default=None, help="BatchNorm momentum (default: the model's)")
+    group.add_argument("--bn-eps", type=float, default=None, help="BatchNorm epsilon (default: the model's)")
+
+
+def add_distillation_args(parser: argparse.ArgumentParser) -> None:
+    """Knowledge distillation from a teacher, through timm's distillation task."""
+    group = parser.add_argument_group("knowledge distillation (timm.task)")
+    group.add_argument(
+        "--kd-model-name",
+        default=None,
+        metavar="NAME",
+        help="teacher model (pretrained): a timm name, hf-hub:..., or a model folder; it is rebuilt, "
+        "not saved, on resume",
+    )
+    add_refused(
+        group, "--kd-distill-type", default="logit", choices=("logit", "feature", "token"), reason=FEATURE_KD_REASON
+    )
+    group.add_argument("--kd-loss-type", default="kl", choices=("kl",), help="distillation loss (default: kl)")
+    group.add_argument(
+        "--distill-loss-weight",
+        type=float,
+        default=None,
+        help="weight of the distillation loss (default: 1, or 1 - --task-loss-weight when only that is given)",
+    )
+    group.add_argument("--task-loss-weight", type=float, default=None, help="weight of the task loss (default: 1)")
+    group.add_argument("--kd-temperature", type=float, default=4.0, help="softmax temperature (default: 4)")
+    for flag in ("--kd-student-feature-dim", "--kd-teacher-feature-dim"):
+        add_refused(group, flag, type=int, default=None, reason=FEATURE_KD_REASON)
+    add_refused(group, "--kd-token-distill-type", default="soft", choices=("soft", "hard"), reason=FEATURE_KD_REASON)
+
+
+FEATURE_KD_REASON = (
+    "feature and token distillation train a projection or token that vtools' checkpoints and model "
+    "folders do not hold yet; use --kd-distill-type logit"
+)
+VARIABLE_SIZE_REASON = (
+    "variable-resolution and NaFlex batches need timm's scheduled/NaFlex loaders, which vtools' exact-resume "
+    "sampler does not drive yet; train at one --input-size (use timm's train.py for these recipes)"
+)
+AUGMIX_SPLIT_REASON = (
+    "AugMix split batches (--aug-splits, --jsd-loss, --split-bn, --resplit) are not supported by vtools' "
+    "device-side batch pipeline yet; use --aa augmix-m9 with the default loss"
+)
+
+
+def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
+    """timm train.py flags accepted for compatibility: no-ops here, or refused unless at timm's default."""
+    group = parser.add_argument_group("timm compatibility (see the README's table)")
+    for flag in ("--pin-mem", "--no-prefetcher", "--use-multi-epochs-loader"):
+        add_no_op(
+            group,
+            flag,
+            action="store_true",
+            default=False,
+            reason="vtools always pins host batches where the device benefits, normalizes on the device, "
+            "and keeps its loader workers across epochs",
+        )
+    add_no_op(
+        group,
+        "--local_rank",
+        type=int,
+        default=0,
+        reason="the legacy torch.distributed.launch argument; the local rank comes from LOCAL_RANK",
+    )
+    add_refused(
+        group,
+        "--worker-seeding",
+        default="all",
+        reason="vtools seeds every sample from (seed, epoch, index), which keeps resume exact; timm's 'all' "
+        "is the only mode that matches that",
+    )
+    add_refused(
+        group,
+        "--recovery-interval",
+        type=int,
+        default=0,
+        reason="a stop signal (Ctrl-C, SIGTERM) already saves a resumable mid-epoch checkpoint; use --resume "
+        "auto after it",
+    )
+    add_refused(
+        group,
+        "--tta",
+        type=int,
+        default=0,
+        reason="timm's train.py test-time augmentation needs a TTA loader that it does not build either",
+    )
+    add_refused(
+        group,
+        "--save-images",
+        action="store_true",
+        default=False,
+        reason="vtools does not write batch images; look at the augmentation with python -m vtools bench "
+        "--profile, or with timm's transforms directly",
+    )
+    for flag, spec in {
+        "--aug-splits": {"type": int, "default": 0},
+        "--jsd-loss": {"action": "store_true", "default": False},
+        "--split-bn": {"action": "store_true", "default": False},
+        "--resplit": {"action": "store_true", "default": False},
+    }.items():
+        add_refused(group, flag, reason=AUGMIX_SPLIT_REASON, **spec)
+    add_refused(
+        group,
+        "--log-wandb",
+        action="store_true",
+        default=False,
+        reason="Weights & Biases logging is not built in; use --log-tensorboard (W&B can sync TensorBoard logs)",
+    )
+    add_refused(group, "--wandb-project", default=None, reason="only with --log-wandb, which is not supported")
+    add_refused(group, "--wandb-tags", nargs="+", default=[], reason="only with --log-wandb, which is not supported")
+    add_refused(group, "--wandb-resume-id", default="", reason="only with --log-wandb, which is not supported")
+    for flags, spec in (
+        (("--train-img-sizes",), {"type": int, "nargs": "+", "default": None}),
+        (("--train-batch-sizes",), {"type": int, "nargs": "+", "default": None}),
+        (("--train-size-probs",), {"type": float, "nargs": "+", "default": None}),
+        (("--train-size-schedule",), {"default": "constant", "choices": ("constant", "progressive")}),
+        (("--train-size-schedule-spread",), {"type": float, "default": 0.65}),
+        (("--train-size-random-mix",), {"type": float, "default": 0.1}),
+        (("--train-batches-per-epoch", "--train-steps-per-epoch"), {"type": int, "default": None}),
+        (("--variable-batch-loss-scale",), {"default": "none", "choices": ("none", "sqrt", "linear")}),
+        (("--naflex-loader",), {"action": "store_true", "default": False}),
+        (("--naflex-train-seq-lens",), {"type": int, "nargs": "+", "default": [128, 256, 576, 784, 1024]}),
+        (("--naflex-max-seq-len",), {"type": int, "default": 576}),
+        (("--naflex-patch-sizes",), {"type": int, "nargs": "+", "default": None}),
+        (("--naflex-patch-size-probs",), {"type": float, "nargs": "+", "default": None}),
+        (("--naflex-loss-scale",), {"default": "linear", "choices": ("none", "sqrt", "linear")}),
+        (("--naflex-patchify-channels-first",), {"action": "store_true", "default": False}),
+    ):
+        add_refused(group, *flags, reason=VARIABLE_SIZE_REASON, **spec)
 
 
 # rates, probabilities and fractions no recipe can use outside these ranges: (test, what is allowed)

@@ -38,7 +38,7 @@ def scaled_lr(args: argparse.Namespace, global_batch_size: int) -> float:
 def build_optimizer(model: torch.nn.Module, args: argparse.Namespace, lr: float) -> torch.optim.Optimizer:
     """timm's optimizer for the flags; its fused step where torch has one for the optimizer and device
     (one pass over the weights instead of one per tensor and operation)."""
-    kwargs = optimizer_kwargs(args)
+    kwargs = {**optimizer_kwargs(args), **args.opt_kwargs}
     kwargs["lr"] = lr
     if dev.fused_optimizer(next(model.parameters()).device) and _accepts_fused(args.opt):
         kwargs["fused"] = True
@@ -104,14 +104,14 @@ def build_mixup(args: argparse.Namespace, num_classes: int) -> Mixup | None:
 
 
 def build_train_loss(args: argparse.Namespace, mixup_active: bool) -> torch.nn.Module:
-    """Soft-target CE under mixup, label smoothing otherwise, BCE with --bce-loss (as timm's train.py)."""
-    if args.bce_loss:
-        return BinaryCrossEntropy(
-            smoothing=0.0 if mixup_active else args.smoothing, target_threshold=args.bce_target_thresh
-        )
+    """timm train.py's choice: under mixup soft-target CE (BCE with --bce-loss); else with --smoothing
+    label-smoothing CE (BCE with --bce-loss); else plain CE, --bce-loss or not."""
+    bce = {"target_threshold": args.bce_target_thresh, "sum_classes": args.bce_sum, "pos_weight": args.bce_pos_weight}
     if mixup_active:
-        return SoftTargetCrossEntropy()
+        return BinaryCrossEntropy(**bce) if args.bce_loss else SoftTargetCrossEntropy()
     if args.smoothing:
+        if args.bce_loss:
+            return BinaryCrossEntropy(smoothing=args.smoothing, **bce)
         return LabelSmoothingCrossEntropy(smoothing=args.smoothing)
     return torch.nn.CrossEntropyLoss()
 
@@ -120,18 +120,25 @@ def build_train_transform(args: argparse.Namespace, data_config: dict[str, Any])
     """timm's training augmentation ending in uint8 tensors; erasing and normalization happen on the device.
     A zero --color-jitter leaves the jitter out (timm would run a ColorJitter that changes nothing, a
     tenth of a worker's time per image on small images)."""
+    interpolation = args.train_interpolation
+    if args.no_aug or not interpolation:  # as timm's train.py: the model's own interpolation
+        interpolation = data_config["interpolation"]
     return create_transform(
         data_config["input_size"],
         is_training=True,
         use_prefetcher=True,
         no_aug=args.no_aug,
+        train_crop_mode=args.train_crop_mode,
         scale=args.scale,
         ratio=args.ratio,
         hflip=args.hflip,
         vflip=args.vflip,
         color_jitter=args.color_jitter or None,
+        color_jitter_prob=args.color_jitter_prob,
+        grayscale_prob=args.grayscale_prob or 0.0,
+        gaussian_blur_prob=args.gaussian_blur_prob or 0.0,
         auto_augment=args.aa,
-        interpolation=args.train_interpolation,
+        interpolation=interpolation,
         mean=data_config["mean"],
         std=data_config["std"],
     )
@@ -146,4 +153,16 @@ def build_random_erasing(args: argparse.Namespace, device: torch.device) -> Rand
 def build_ema(model: torch.nn.Module, args: argparse.Namespace) -> ModelEmaV3 | None:
     if not args.model_ema:
         return None
-    return ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
+    return ModelEmaV3(
+        model,
+        decay=args.model_ema_decay,
+        use_warmup=args.model_ema_warmup,
+        device=torch.device("cpu") if args.model_ema_force_cpu else None,
+    )
+
+
+def clip_parameters(model: torch.nn.Module, clip_mode: str) -> list[torch.nn.Parameter]:
+    """The parameters --clip-grad clips: all of them, except with agc the classifier's weight and bias (the
+    model's last two), which timm's train.py leaves unclipped (exclude_head)."""
+    parameters = list(model.parameters())
+    return parameters[:-2] if "agc" in clip_mode else parameters

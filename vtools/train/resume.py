@@ -93,8 +93,11 @@ def check_output(output: Path, experiment: str) -> None:
         raise UsageError(f"--experiment {experiment}: {output / experiment} is a file, not a run folder")
 
 
+DEFAULT_OUTPUT = "runs"  # --output '' (timm's default spelling) means this
+
+
 def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
-    output, stem = Path(args.output), _model_stem(args.model)
+    output, stem = Path(args.output or DEFAULT_OUTPUT), _model_stem(args.model)
     check_output(output, args.experiment)
     named = output / args.experiment if args.experiment else None
     if args.resume and args.resume != "auto":
@@ -237,6 +240,18 @@ def training_state(
     return state
 
 
+def start_at_epoch(parts: TrainComponents, epoch: int, updates_per_epoch: int, on_updates: bool) -> Position:
+    """--start-epoch: begin at ``epoch`` with the schedule (and the update count) already there, as timm's
+    train.py steps its scheduler to the start epoch."""
+    num_updates = epoch * updates_per_epoch
+    if parts.scheduler is not None and epoch > 0:
+        if on_updates:
+            parts.scheduler.step_update(num_updates)
+        else:
+            parts.scheduler.step(epoch)
+    return Position(epoch, 0, num_updates)
+
+
 def restore(
     state: dict[str, Any],
     parts: TrainComponents,
@@ -245,15 +260,18 @@ def restore(
     dist_info: DistInfo,
     seed: int,
     batch_size: int,
+    resume_optimizer: bool = True,
 ) -> tuple[Position, str]:
     """Load a training checkpoint into the components and this rank's RNG; returns where to continue
-    and a note for the user when the number of processes changed."""
+    and a note for the user when the number of processes changed. Without ``resume_optimizer``
+    (--no-resume-opt) the optimizer and GradScaler start afresh, as in timm."""
     check_state_dict_fits(parts.model, state["state_dict"], "--resume")
     parts.model.load_state_dict(state["state_dict"])
-    load_optimizer_state(parts.optimizer, state["optimizer"])
+    if resume_optimizer:
+        load_optimizer_state(parts.optimizer, state["optimizer"])
     if parts.scheduler is not None and state.get("scheduler") is not None:
         load_scheduler_state(parts.scheduler, state["scheduler"])
-    if parts.scaler is not None and state.get("scaler") is not None:
+    if resume_optimizer and parts.scaler is not None and state.get("scaler") is not None:
         parts.scaler.load_state_dict(state["scaler"])
     if parts.ema is not None and "state_dict_ema" in state:
         parts.ema.module.load_state_dict(state["state_dict_ema"])
@@ -283,7 +301,8 @@ RESUME_MAY_CHANGE = frozenset(
     "config resume output experiment data data_dir dataset_download workers threads bind_cores device "
     "device_modules dist_backend profile log_interval log_tensorboard checkpoint_hist val_interval "
     "validation_batch_size on_bad_image channels_last torchcompile pretrained initial_checkpoint epochs "
-    "batch_size".split()
+    "batch_size torchcompile_mode pretrained_path no_resume_opt start_epoch synchronize_step grad_checkpointing "
+    "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
 )
 
 
