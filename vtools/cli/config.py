@@ -3,7 +3,12 @@
 A YAML key is an option's name with dashes or underscores (``batch-size`` or
 ``batch_size``). A key no option has, or a value of the wrong type, stops the
 run with one line naming the key (and the closest real key). timm's train.py
-silently ignores such keys, so a typo there trains the wrong recipe.
+silently ignores such keys, so a typo there trains the wrong recipe. Every
+option of timm's train.py is an option here, so the ``args.yaml`` timm writes
+(all its keys, nulls and empty strings included) is read as it is.
+
+The run's own ``config.yaml`` is written with timm's key spelling (option
+dests, underscores), so timm's ``train.py -c`` reads every value of it too.
 """
 
 from __future__ import annotations
@@ -19,11 +24,8 @@ from vtools.errors import UsageError
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {
-        action.dest: action
-        for action in parser._actions
-        if action.dest not in ("help", argparse.SUPPRESS) and action.option_strings
-    }
+    """Every option by dest, the positional data folder (timm's args.yaml has a ``data`` key) included."""
+    return {action.dest: action for action in parser._actions if action.dest not in ("help", argparse.SUPPRESS)}
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -109,6 +111,11 @@ def _coerce_scalar(value: Any, action: argparse.Action, wrong: Any) -> Any:
         if isinstance(value, bool):
             raise wrong("a string")
         value = str(value) if isinstance(value, (int, float)) and kind is str else value
+    elif callable(kind):  # a checking type such as the interpolation names: what it refuses on the command line
+        try:
+            value = kind(str(value))
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+            raise wrong(f"a valid value ({err})") from err
     if action.choices is not None and value not in action.choices:
         raise wrong(f"one of {', '.join(map(str, action.choices))}")
     return value
@@ -158,5 +165,5 @@ def dump_config(
     args: argparse.Namespace, path: str | Path, exclude: tuple[str, ...] = ("config", "resume", "data")
 ) -> str:
     """The resolved options as YAML: ``train.py -c`` on it repeats the run."""
-    data = {key.replace("_", "-"): value for key, value in sorted(vars(args).items()) if key not in exclude}
+    data = {key: value for key, value in sorted(vars(args).items()) if key not in exclude}
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)

@@ -181,7 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--mixup", type=float, default=0.0, help="mixup alpha")
     group.add_argument("--cutmix", type=float, default=0.0, help="cutmix alpha")
     group.add_argument(
-        "--cutmix-minmax", type=float, nargs=2, default=None, help="cutmix box ratio range (replaces the cutmix alpha)"
+        "--cutmix-minmax",
+        type=float,
+        nargs="+",
+        default=None,
+        help="cutmix box ratio range (replaces the cutmix alpha)",
     )
     group.add_argument("--mixup-prob", type=float, default=1.0, help="probability of mixing a batch (default: 1)")
     group.add_argument(
@@ -475,9 +479,25 @@ VALUE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
         ),
         (lambda v: v >= 0, "0 or more"),
     ),
-    **dict.fromkeys(("smoothing", "drop", "drop_path"), (lambda v: 0 <= v < 1, "from 0 up to (not including) 1")),
     **dict.fromkeys(
-        ("momentum", "reprob", "hflip", "vflip", "mixup_prob", "mixup_switch_prob", "model_ema_decay"),
+        ("smoothing", "drop", "drop_path", "drop_connect", "drop_block"),
+        (lambda v: 0 <= v < 1, "from 0 up to (not including) 1"),
+    ),
+    "aug_repeats": (lambda v: v == 0 or v >= 1, "0 (off) or at least 1"),
+    "kd_temperature": (lambda v: v > 0, "greater than 0"),
+    **dict.fromkeys(
+        (
+            "momentum",
+            "reprob",
+            "hflip",
+            "vflip",
+            "mixup_prob",
+            "mixup_switch_prob",
+            "model_ema_decay",
+            "color_jitter_prob",
+            "grayscale_prob",
+            "gaussian_blur_prob",
+        ),
         (lambda v: 0 <= v <= 1, "from 0 to 1"),
     ),
 }
@@ -490,6 +510,12 @@ def check_train_args(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and not allowed(value):
             raise UsageError(f"--{name.replace('_', '-')} must be {text}, got {value}")
+    for name in ("scale", "ratio", "cutmix_minmax"):  # timm parses one or more; its transforms need two
+        pair = getattr(args, name)
+        if pair is not None and (len(pair) != 2 or pair[0] > pair[1]):
+            raise UsageError(
+                f"--{name.replace('_', '-')} takes two values, low and high, got {' '.join(map(str, pair))}"
+            )
     if recipe.mixup_enabled(args) and args.batch_size % 2:
         raise UsageError(
             f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, got {args.batch_size}"
