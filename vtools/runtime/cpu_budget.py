@@ -91,8 +91,11 @@ def usable_cores() -> list[int]:
 
 
 def ranks_on_this_host() -> tuple[int, int]:
-    """(local rank, processes on this host) as torchrun sets them; (0, 1) for a single process."""
-    return int(os.environ.get("LOCAL_RANK", "0")), max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    """(local rank, processes on this host) as torchrun sets them; (0, 1) for a single process, and where
+    no LOCAL_WORLD_SIZE says how many share the cores (an srun that bound each task to its own cores)."""
+    if "LOCAL_WORLD_SIZE" not in os.environ:
+        return 0, 1
+    return int(os.environ.get("LOCAL_RANK", "0")), max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
 
 
 def rank_slice(cores: list[int], local_rank: int, local_ranks: int) -> list[int]:

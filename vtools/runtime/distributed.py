@@ -1,8 +1,14 @@
-"""torch.distributed set-up for torchrun, the same on every device type.
+"""torch.distributed set-up for torchrun and srun, the same on every device type.
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; the device layer picks the
 device from LOCAL_RANK and the collective backend from the device type
 (hccl on npu, nccl on cuda, gloo on cpu, ...).
+
+``srun python train.py`` (SLURM, one task per device, no torchrun) sets
+SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID instead: :func:`adopt_srun_launch`
+reads them as timm does and exports torchrun's names before the device is
+resolved, so the rest runs as under torchrun (env:// rendezvous at the
+MASTER_ADDR / MASTER_PORT the job script exports).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from torch.utils.data import Sampler
 
 from vtools.errors import UsageError
 from vtools.runtime.device import dist_backend
+
+MASTER_EXAMPLE = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) MASTER_PORT=29500'
 
 
 @dataclass(frozen=True)
@@ -38,19 +46,88 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def srun_tasks() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) of this task when srun started more than one and torchrun did not
+    (RANK / WORLD_SIZE unset); None otherwise. timm's ``world_info_from_env`` reads them, in its order:
+    torchrun's names, then MPI's PMI_*, then SLURM_LOCALID / SLURM_PROCID / SLURM_NTASKS."""
+    from timm.utils.distributed import world_info_from_env
+
+    if "SLURM_PROCID" not in os.environ or "RANK" in os.environ or "WORLD_SIZE" in os.environ:
+        return None
+    local_rank, rank, world_size = world_info_from_env()
+    return (rank, world_size, local_rank) if world_size > 1 else None
+
+
+def srun_tasks_on_this_node() -> int | None:
+    """How many of the step's tasks run on this node: SLURM_STEP_TASKS_PER_NODE ("4(x2),3", one entry per
+    node, indexed by SLURM_NODEID), else SLURM_NTASKS_PER_NODE; None when neither says."""
+    layout = os.environ.get("SLURM_STEP_TASKS_PER_NODE", "")
+    if layout:
+        counts: list[int] = []
+        for entry in layout.split(","):
+            count, _, repeat = entry.partition("(x")
+            counts += [int(count)] * int(repeat.rstrip(")") or 1)
+        node = int(os.environ.get("SLURM_NODEID", "0"))
+        return counts[node] if node < len(counts) else None
+    per_node = os.environ.get("SLURM_NTASKS_PER_NODE", "")
+    return int(per_node) if per_node.isdigit() else None
+
+
+def adopt_srun_launch() -> None:
+    """Under a multi-task srun without torchrun, export RANK / WORLD_SIZE / LOCAL_RANK (and
+    LOCAL_WORLD_SIZE for the cpu budget) from SLURM's variables, so that the device index, the cpu
+    budget and init_process_group's env:// rendezvous work as under torchrun. Runs before the device is
+    resolved; a no-op otherwise (a single task is a plain single process)."""
+    tasks = srun_tasks()
+    if tasks is None:
+        return
+    rank, world_size, local_rank = tasks
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        raise UsageError(
+            f"srun started {world_size} tasks but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+            f"not set: export the first node's address and a free port before srun, e.g. {MASTER_EXAMPLE}"
+        )
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank))
+    on_node = srun_tasks_on_this_node()
+    if on_node and not _srun_bound_this_task():
+        os.environ["LOCAL_WORLD_SIZE"] = str(on_node)
+
+
+def _srun_bound_this_task() -> bool:
+    """Whether srun already gave this task its own cores (--cpus-per-task with cpu binding): then the cpu
+    budget must not split them again among the node's tasks, so LOCAL_WORLD_SIZE stays unset."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return False
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK", "1")
+    return cores <= (int(per_task) if per_task.isdigit() else 1)
+
+
 def refuse_torchrun(script: str) -> None:
-    """validate.py and inference.py run in one process: under torchrun every rank would do the whole job
-    and write the same results file, so a multi-process launch stops in one line instead."""
+    """validate.py and inference.py run in one process: under torchrun (or a multi-task srun) every rank
+    would do the whole job and write the same results file, so a multi-process launch stops in one line
+    instead."""
     if launched_by_torchrun():
         raise UsageError(
             f"{script} runs in one process, but torchrun started {os.environ['WORLD_SIZE']} (every one would "
             f"process every image and write the same results): run it without torchrun, with --device to pick "
             "the device"
         )
+    tasks = srun_tasks()
+    if tasks is not None:
+        raise UsageError(
+            f"{script} runs in one process, but srun started {tasks[1]} tasks (every one would process every "
+            f"image and write the same results): run it as one task (srun --ntasks 1), with --device to pick "
+            "the device"
+        )
 
 
 def init_distributed(device: torch.device, backend: str | None = None) -> DistInfo:
-    """Join the process group torchrun describes (a no-op for a single process)."""
+    """Join the process group torchrun (or srun, see :func:`adopt_srun_launch`) describes (a no-op for a
+    single process)."""
+    adopt_srun_launch()  # already done by setup_runtime, before the device was resolved; idempotent
     if not launched_by_torchrun():
         return DistInfo()
     if not dist.is_initialized():
