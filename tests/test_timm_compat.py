@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_script
 from tests.timm_reference import SCRIPTS, long_flag, timm_args_yaml, timm_options, timm_reads_config, timm_spec
 from vtools.cli.config import dump_config, parse_with_config
 from vtools.cli.timm_compat import DEFAULT_DEPARTURES, no_op_flags, refused_flags
@@ -189,4 +189,23 @@ def test_the_option_list_names_its_timm_source() -> None:
         "train.py": 173,
         "validate.py": 57,
         "inference.py": 49,
+    }
+
+
+@pytest.mark.cpu_only(reason="reading a config is host-side; the flags' device paths: tests/test_timm_train_flags.py")
+def test_a_run_from_timms_args_yaml_trains_and_saves_the_same_options(fashion4: Path, tmp_path: Path) -> None:
+    recipe = (
+        "--model test_resnet --img-size 32 --epochs 1 -b 16 --opt adamw --lr 1e-3 --aug-repeats 3 --mixup 0.2 "
+        "--clip-grad 1 --clip-mode agc --model-ema --workers 1 --warmup-epochs 0 --dist-bn reduce"
+    ).split()
+    args_yaml = tmp_path / "args.yaml"
+    args_yaml.write_text(timm_args_yaml("train.py", recipe), encoding="utf-8")
+    given = ["--device", "cpu", "--data-dir", str(fashion4), "--output", str(tmp_path), "--experiment", "run"]
+    proc = run_script(["train.py", "-c", str(args_yaml), *given])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text(encoding="utf-8"))
+    timm_values = yaml.safe_load(args_yaml.read_text(encoding="utf-8"))
+    overridden = {"device", "data", "data_dir", "output", "experiment", "resume"}
+    assert {k: v for k, v in timm_values.items() if k not in overridden} == {
+        k: saved[k] for k in timm_values if k not in overridden
     }

@@ -161,6 +161,11 @@ def run_training(
             f"warning: --warmup-epochs {args.warmup_epochs} is not shorter than this run's {num_epochs} epoch(s): "
             f"the rate never reaches --lr {lr:.4g} (use fewer warm-up epochs, or --warmup-prefix)"
         )
+    if parts.task is not None:
+        say(
+            f"distilling from {args.kd_model_name} (logit, temperature {args.kd_temperature}, task weight "
+            f"{parts.task.task_loss_weight:g}, distillation weight {parts.task.distill_loss_weight:g})"
+        )
     say(f"cpu budget: {runtime.budget.describe()}")
     if resume_state is None:
         say(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))
