@@ -22,19 +22,21 @@ from vtools.cli.options import (
     add_model_args,
     add_preprocess_args,
     preprocess_overrides,
+    timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.data.datasets import FileSamples
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import eval_device_loader
-from vtools.data.readers.folder import find_images
+from vtools.data.readers.folder import find_images, read_class_map
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
 from vtools.evaluation.loops import predict
+from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval
 from vtools.models.create import create_model
 from vtools.models.folder import LABEL_TYPES, label_lookup
-from vtools.models.prepare import prepare_for_eval, use_channels_last
+from vtools.models.prepare import use_channels_last
 from vtools.observe.profiling import StepProfiler
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split", default="validation", help="with --dataset: the split to classify (default: validation)"
     )
     add_model_args(parser)
+    add_eval_model_args(parser, "inference")
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)
     add_device_args(parser)
@@ -75,11 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
     group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
     group.add_argument(
-        "--results-dir", default="", metavar="DIR", help="folder for results files (default: the current folder)"
+        "--results-dir", default=None, metavar="DIR", help="folder for results files (default: the current folder)"
     )
     group.add_argument(
         "--results-file",
-        default="",
+        default=None,
         metavar="NAME",
         help="results file name (default: <model>-topk<K>); one file per --results-format",
     )
@@ -92,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--no-console-results", action="store_true", default=False, help="do not print the results table"
+    )
+    group.add_argument(
+        "--results-separate-col",
+        action="store_true",
+        default=False,
+        help="one column per rank (index_0, label_0, prob_0, ...) instead of a list per column, when K > 1",
+    )
+    group.add_argument(
+        "--filename-col", default="filename", metavar="NAME", help="file name column (default: filename)"
+    )
+    group.add_argument("--index-col", default="index", metavar="NAME", help="class index column(s) (default: index)")
+    group.add_argument("--label-col", default="label", metavar="NAME", help="label column(s) (default: label)")
+    group.add_argument(
+        "--output-col", default=None, metavar="NAME", help="score column(s) (default: the --output-type, prob or logit)"
+    )
+    group.add_argument(
+        "--exclude-output",
+        action="store_true",
+        default=False,
+        help="leave the scores out: only indices and labels (needs --topk 1 or more)",
     )
     return parser
 
@@ -109,28 +132,64 @@ def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
 def make_rows(
     args: argparse.Namespace, name_of: Callable[[int], str], outputs: list[tuple], labels: list[str] | None
 ) -> list[dict[str, Any]]:
-    """One row per image: filename, then top-k labels / indices / scores (scalars when K = 1)."""
+    """One row per image, with timm's inference.py columns: the file name (--filename-col), then the
+    top-k class indices (--index-col, with --include-index), labels (--label-col) and scores
+    (--output-col; left out with --exclude-output); a scalar each when K = 1, a list each when K > 1,
+    or one column per rank (``<col>_<i>``) with --results-separate-col. ``--topk 0`` gives every
+    class's score: one column per class named ``<output col>:<class>``, or with --results-separate-col
+    ``<output col>_<i>`` as timm's."""
+    output_col = args.output_col or args.output_type
     rows = []
     for indices, scores, classes in outputs:
         for row_index, dataset_index in enumerate(indices.tolist()):
             full = name_of(dataset_index)
             name = full if args.fullname else os.path.basename(full)
             # a name that is not UTF-8 (bytes Python keeps as surrogates) is written with escapes
-            row: dict[str, Any] = {"filename": name.encode("utf-8", "backslashreplace").decode("utf-8")}
+            row: dict[str, Any] = {args.filename_col: name.encode("utf-8", "backslashreplace").decode("utf-8")}
             values = [round(v, 6) for v in scores[row_index].tolist()]
-            if classes is None:  # --topk 0: the full vector, one column per class
-                names = labels or [str(i) for i in range(len(values))]
-                row.update({f"{args.output_type}:{name}": value for name, value in zip(names, values)})
-            else:
-                top = classes[row_index].tolist()
-                single = args.topk == 1
-                if args.include_index:
-                    row["index"] = top[0] if single else top
-                if labels is not None:
-                    row["label"] = labels[top[0]] if single else [labels[i] for i in top]
-                row[args.output_type] = values[0] if single else values
+            separate = args.results_separate_col and len(values) > 1  # as timm: only when there is more than one
+            if classes is None:  # --topk 0: the full vector
+                if separate:
+                    row.update({f"{output_col}_{i}": value for i, value in enumerate(values)})
+                else:
+                    names = labels or [str(i) for i in range(len(values))]
+                    row.update({f"{output_col}:{name}": value for name, value in zip(names, values)})
+                rows.append(row)
+                continue
+            top = classes[row_index].tolist()
+            columns = []
+            if args.include_index:
+                columns.append((args.index_col, top))
+            if labels is not None:
+                columns.append((args.label_col, [labels[i] for i in top]))
+            if not args.exclude_output:
+                columns.append((output_col, values))
+            for column, items in columns:
+                if separate:
+                    row.update({f"{column}_{i}": item for i, item in enumerate(items)})
+                else:
+                    row[column] = items[0] if len(items) == 1 else items
             rows.append(row)
     return rows
+
+
+def folder_images(source: str, class_map_file: str) -> list[Path]:
+    """The images of SOURCE; with --class-map (as timm's folder reader) only those whose folder's name is
+    in the map (an image directly in SOURCE has the name '')."""
+    found = find_images(source)
+    if not class_map_file:
+        return found
+    if not Path(source).is_dir():
+        raise UsageError(f"--class-map selects the class folders of a folder SOURCE; {source} is not a folder")
+    names = read_class_map(class_map_file)
+    root = Path(source)
+    kept = [p for p in found if (p.parent.name if p.parent != root else "") in names]
+    if not kept:
+        raise UsageError(
+            f"--class-map {class_map_file}: none of the folders under {source} holding images is among its "
+            f"{len(names)} classes"
+        )
+    return kept
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
     if args.topk < 0:
         raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
+    if args.exclude_output and args.topk == 0:
+        raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")
     outputs_to = result_paths(args)
     for path, _ in outputs_to:
         check_writable(path, "results file")
@@ -153,22 +214,26 @@ def main(argv: list[str] | None = None) -> int:
             SourceRequest(args.dataset, source, args.split, args.dataset_download, args.input_key, args.target_key)
         ).samples
         if args.dataset
-        else FileSamples(find_images(source))
+        else FileSamples(folder_images(source, args.class_map))
     )
     model = create_model(
         args.model,
         pretrained=args.pretrained or not args.checkpoint,
         num_classes=args.num_classes,
         in_chans=args.in_chans,
-        model_kwargs=args.model_kwargs,
+        model_kwargs=timm_model_kwargs(args),
         checkpoint=args.checkpoint or None,
         use_ema=args.use_ema,
         device=runtime.device,
     )
-    data_config = data_config_for(model, preprocess_overrides(args))
-    dataset = Source(samples, None, source).images(eval_transform(data_config), image_mode(data_config))
-    skipped: list[str] = []
+    labels = label_lookup(model, args.label_type)
+    data_config = data_config_for(model, preprocess_overrides(args))  # the train size, as timm's inference.py
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    model = ready_for_eval(args, model, data_config, runtime.model_dtype, channels_last)  # --test-pool: crop 1.0
+    mode = image_mode(data_config, args.input_img_mode)
+    check_input_mode(mode, data_config)
+    dataset = Source(samples, None, source).images(eval_transform(data_config), mode)
+    skipped: list[str] = []
     loader = eval_device_loader(
         dataset,
         args.batch_size,
@@ -177,13 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         data_config,
         channels_last,
         bad_image_handler(args.on_bad_image, skipped),
+        dtype=runtime.model_dtype,
     )
-    model = prepare_for_eval(model, channels_last, args.torchcompile)
     profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), "inference")
     outputs = list(predict(model, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
-    rows = make_rows(
-        args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, label_lookup(model, args.label_type)
-    )
+    rows = make_rows(args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, labels)
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
         print(format_table(rows))
     for path, fmt in outputs_to:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import gc
 import glob
 import math
 import os
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import timm
+import torch
+from timm.utils import check_batch_size_retry, decay_batch_step, random_seed
 
 from vtools.atomic import check_writable
 from vtools.cli.options import (
@@ -26,8 +29,10 @@ from vtools.cli.options import (
     add_model_args,
     add_preprocess_args,
     preprocess_overrides,
+    timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
+from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader
 from vtools.data.readers.folder import (
@@ -40,15 +45,43 @@ from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import evaluate
+from vtools.evaluation.metrics import (
+    METRICS_AVERAGES,
+    ClassCounts,
+    RealLabels,
+    check_valid_labels,
+    read_valid_labels,
+)
+from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval, reparameterized
 from vtools.models.create import create_model
 from vtools.models.folder import class_names_of
-from vtools.models.prepare import count_params, prepare_for_eval, use_channels_last
+from vtools.models.prepare import count_params, use_channels_last
 from vtools.observe.profiling import StepProfiler
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import Runtime, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
+
+NUM_SAMPLES_REASON = (
+    "sets the length of a streamed split whose size is unknown; every source here knows its size, and one "
+    "validation pass reads the whole split either way, as timm's does"
+)
+NO_PREFETCHER_REASON = (
+    "batches are always normalized on the device by vtools' loader; timm's prefetcher or not, the numbers are the same"
+)
+PIN_MEM_REASON = "vtools' loader pins host memory where the device gains from it; the numbers are the same either way"
+TF_PREPROCESSING_REASON = (
+    "TensorFlow's preprocessing pipeline needs TensorFlow and is not supported here; timm's PIL preprocessing "
+    "is used (adjust it with --crop-pct, --crop-mode, --interpolation)"
+)
+NAFLEX_REASON = (
+    "NaFlex batches (variable-resolution patch sequences) are not supported by vtools' device loader; "
+    "validate NaFlexVit models at a fixed size (--img-size)"
+)
+NAFLEX_SEQ_REASON = (
+    "only applies with --naflex-loader, which is not supported here; validate at a fixed size (--img-size)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +97,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="split to validate: folder, split name or shard pattern (default: validation)",
     )
     add_model_args(parser)
+    add_eval_model_args(parser, "validate")
     add_preprocess_args(parser)
+    group = parser.add_argument_group("timm's validation flags")
+    group.add_argument(
+        "--crop-border-pixels", type=int, default=None, metavar="N", help="pixels cut from each image border first"
+    )
+    group.add_argument(
+        "--real-labels",
+        default="",
+        metavar="FILE",
+        help="ImageNet ReaL labels JSON: top-1/top-5 against the reassessed labels (ILSVRC2012 val files)",
+    )
+    group.add_argument(
+        "--valid-labels",
+        default="",
+        metavar="FILE",
+        help="text file of output indices, one a line: score only those outputs, in that order "
+        "(a set labelled in a part of the model's label space)",
+    )
+    group.add_argument(
+        "--retry",
+        action="store_true",
+        default=False,
+        help="on running out of memory, retry with a smaller batch (always on when validating several models)",
+    )
+    group.add_argument("--seed", type=int, default=42, metavar="S", help="random seed (default: 42)")
+    group.add_argument(
+        "--metrics-avg",
+        default=None,
+        choices=METRICS_AVERAGES,
+        help="also report precision, recall and F1 of the top-1 predictions, averaged this way (as scikit-learn)",
+    )
+    add_no_op(group, "--num-samples", type=int, default=None, reason=NUM_SAMPLES_REASON)
+    add_no_op(group, "--no-prefetcher", action="store_true", default=False, reason=NO_PREFETCHER_REASON)
+    add_no_op(group, "--pin-mem", action="store_true", default=False, reason=PIN_MEM_REASON)
+    add_refused(group, "--tf-preprocessing", action="store_true", default=False, reason=TF_PREPROCESSING_REASON)
+    add_refused(group, "--naflex-loader", action="store_true", default=False, reason=NAFLEX_REASON)
+    add_refused(group, "--naflex-max-seq-len", type=int, default=576, reason=NAFLEX_SEQ_REASON)
     add_loader_args(parser, batch_size=256)
     add_device_args(parser)
     group = parser.add_argument_group("results")
@@ -138,24 +208,33 @@ def _request(args: argparse.Namespace, class_map: dict[str, int] | None = None) 
 
 
 def build_eval_loader(
-    args: argparse.Namespace, model: Any, data_config: dict, runtime: Runtime, channels_last: bool, skipped: list[str]
-) -> DeviceLoader:
-    """The validation set for this model, as normalized batches on the device. Class folders are
-    matched to the model's class names; other sources carry their labels as stored."""
+    args: argparse.Namespace,
+    outputs: int,
+    class_names: list[str] | None,
+    data_config: dict,
+    runtime: Runtime,
+    channels_last: bool,
+    skipped: list[str],
+) -> tuple[DeviceLoader, Source]:
+    """The validation set, as normalized batches on the device, for a model with ``outputs`` scored
+    outputs named ``class_names`` (after --valid-labels). Class folders are matched to those names;
+    other sources carry their labels as stored."""
     class_map = None
     if not args.dataset:
         split_dir = resolve_split_dir(args.data or args.data_dir, args.split)
         classes = find_class_folders(split_dir)
-        class_map, how = eval_class_map(classes, args.class_map, model.num_classes, class_names_of(model))
+        class_map, how = eval_class_map(classes, args.class_map, outputs, class_names)
         print(f"{split_dir}: {len(classes)} class folders; {how}")
     source = open_source(_request(args, class_map))
     if args.dataset:
         print(f"{source.description}; labels as the dataset stores them")
     labels = getattr(source.samples, "labels", None)  # folders: known up front
-    if (max(labels) if labels else len(source.classes or []) - 1) >= model.num_classes:
-        raise UsageError(_too_many_classes(source, args.model, model.num_classes))
-    dataset = source.images(eval_transform(data_config), image_mode(data_config))
-    return eval_device_loader(
+    if (max(labels) if labels else len(source.classes or []) - 1) >= outputs:
+        raise UsageError(_too_many_classes(source, args.model, outputs))
+    mode = image_mode(data_config, args.input_img_mode)
+    check_input_mode(mode, data_config)
+    dataset = source.images(eval_transform(data_config, args.crop_border_pixels), mode)
+    loader = eval_device_loader(
         dataset,
         args.batch_size,
         runtime.device,
@@ -163,7 +242,9 @@ def build_eval_loader(
         data_config,
         channels_last,
         bad_image_handler(args.on_bad_image, skipped),
+        dtype=runtime.model_dtype,
     )
+    return loader, source
 
 
 def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
@@ -180,21 +261,41 @@ def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
 def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
     """Validate one model/checkpoint pair and return its results row (timm's keys first)."""
     pretrained = args.pretrained or not checkpoint  # as timm's validate.py: no checkpoint -> pretrained weights
+    random_seed(args.seed)  # as timm's validate.py, before the model and the loader (--interpolation random)
     model = create_model(
         model_name,
         pretrained=pretrained,
         num_classes=args.num_classes,
         in_chans=args.in_chans,
-        model_kwargs=args.model_kwargs,
+        model_kwargs=timm_model_kwargs(args),
         checkpoint=checkpoint or None,
         use_ema=args.use_ema,
         device=runtime.device,
     )
-    data_config = data_config_for(model, preprocess_overrides(args))
+    if args.reparam:
+        model = reparameterized(model)
+    param_count = count_params(model)
+    data_config = data_config_for(model, preprocess_overrides(args), use_test_size=not args.use_train_size)
+    outputs, class_names = model.num_classes, class_names_of(model)
+    valid_labels = None
+    if args.valid_labels:
+        valid_labels = read_valid_labels(args.valid_labels)
+        check_valid_labels(valid_labels, outputs, args.valid_labels)
+        outputs = len(valid_labels)
+        class_names = [class_names[i] for i in valid_labels] if class_names else None
     skipped: list[str] = []
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
-    loader = build_eval_loader(args, model, data_config, runtime, channels_last, skipped)
-    model = prepare_for_eval(model, channels_last, args.torchcompile)
+    model = ready_for_eval(args, model, data_config, runtime.model_dtype, channels_last)  # --test-pool: crop 1.0
+    loader, source = build_eval_loader(args, outputs, class_names, data_config, runtime, channels_last, skipped)
+    counts = ClassCounts(outputs, runtime.device) if args.metrics_avg else None
+    real = _real_labels(args.real_labels, source, outputs) if args.real_labels else None
+
+    def on_logits(logits: torch.Tensor, targets: torch.Tensor, indices: torch.Tensor) -> None:
+        if counts is not None:
+            counts.update(logits, targets)
+        if real is not None:
+            real.add(logits, indices)
+
     profiler = StepProfiler(
         args.profile, runtime.device, Path(args.results_file or "results").parent, f"validate-{Path(model_name).name}"
     )
@@ -206,6 +307,8 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
         desc=Path(model_name).name,
         log=print,
         log_freq=args.log_freq,
+        output_index=valid_labels,
+        on_logits=on_logits if counts is not None or real is not None else None,
     )
     if result.count == 0:
         raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
@@ -214,13 +317,15 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
             f"{model_name}: the loss over {result.count} images is {result.loss}: the model's outputs are not "
             "finite (weights with nan or inf in them?), so its accuracy means nothing"
         )
+    top1, top5 = (real.accuracy(1), real.accuracy(5)) if real is not None else (result.top1, result.top5)
     return {
         "model": model_name,
-        "top1": round(result.top1, 4),
-        "top1_err": round(100 - result.top1, 4),
-        "top5": round(result.top5, 4),
-        "top5_err": round(100 - result.top5, 4),
-        "param_count": round(count_params(model) / 1e6, 2),
+        "top1": round(top1, 4),
+        "top1_err": round(100 - top1, 4),
+        "top5": round(top5, 4),
+        "top5_err": round(100 - top5, 4),
+        **(counts.row(args.metrics_avg) if counts is not None else {}),
+        "param_count": round(param_count / 1e6, 2),
         "img_size": data_config["input_size"][-1],
         "crop_pct": data_config["crop_pct"],
         "interpolation": data_config["interpolation"],
@@ -235,6 +340,51 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     }
 
 
+def _real_labels(real_json: str, source: Source, outputs: int) -> RealLabels:
+    name_of = getattr(source.samples, "name", None)
+    if name_of is None:
+        raise UsageError("--real-labels needs image files with their ILSVRC2012 names (an image folder or shards)")
+    return RealLabels(real_json, name_of, len(source), outputs)
+
+
+def validate_with_retry(
+    args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime, retry: bool
+) -> dict[str, Any]:
+    """timm's --retry: on an out-of-memory error, validate again with the next smaller batch size
+    (timm's decay_batch_step); errors that a smaller batch cannot cure stop the run as they are."""
+    initial = args.batch_size
+    try:
+        while True:
+            try:
+                return validate_one(args, model_name, checkpoint, runtime)
+            except RuntimeError as err:
+                smaller = decay_batch_step(args.batch_size)
+                if not retry or not smaller or not check_batch_size_retry(str(err)) or not _out_of_memory(err):
+                    raise
+                print(
+                    f"{model_name}: {str(err).splitlines()[0]} at batch size {args.batch_size}; retrying with {smaller}"
+                )
+                args.batch_size = smaller
+                gc.collect()
+                if hasattr(torch, "accelerator") and torch.accelerator.is_available():
+                    torch.accelerator.empty_cache()
+    finally:
+        args.batch_size = initial
+
+
+def _out_of_memory(err: RuntimeError) -> bool:
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def _metrics_line(row: dict[str, Any], average: str | None) -> str:
+    if not average:
+        return ""
+    return (
+        f" | Precision({average}) {row[f'{average}_precision']:.3f} | Recall({average}) "
+        f"{row[f'{average}_recall']:.3f} | F1-score({average}) {row[f'{average}_f1_score']:.3f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     refuse_torchrun("validate.py")
@@ -246,13 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     models = expand_models(args.model, args.pretrained)
     checkpoints = expand_checkpoints(args.checkpoint)
     rows = []
+    retry = args.retry or len(models) * len(checkpoints) > 1  # timm retries every model of a bulk run
     for model_name in models:
         for checkpoint in checkpoints:
-            row = validate_one(args, model_name, checkpoint, runtime)
+            row = validate_with_retry(args, model_name, checkpoint, runtime, retry)
             print(
                 f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
                 f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s",
+                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
+                + _metrics_line(row, args.metrics_avg),
                 flush=True,
             )
             rows.append(row)

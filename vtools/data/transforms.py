@@ -17,10 +17,12 @@ from timm.data import create_transform, resolve_data_config
 from vtools.errors import UsageError
 
 
-def data_config_for(model: torch.nn.Module, overrides: dict[str, Any]) -> dict[str, Any]:
-    """timm's data config for ``model`` with command-line overrides (img_size, crop_pct, mean...)."""
+def data_config_for(model: torch.nn.Module, overrides: dict[str, Any], use_test_size: bool = False) -> dict[str, Any]:
+    """timm's data config for ``model`` with command-line overrides (img_size, crop_pct, mean...);
+    ``use_test_size`` takes the pretrained config's test_input_size/test_crop_pct where it has them
+    (timm's validate.py does, unless --use-train-size)."""
     args = {k: v for k, v in overrides.items() if v is not None}
-    config = resolve_data_config(args=args, model=model)
+    config = resolve_data_config(args=args, model=model, use_test_size=use_test_size)
     channels = args["input_size"][0] if "input_size" in args else args.get("in_chans", config["input_size"][0])
     config["input_size"] = (channels, *config["input_size"][1:])
     config["mean"] = _per_channel(config["mean"], channels)
@@ -46,10 +48,16 @@ def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
     return (sum(values) / len(values),) * channels
 
 
-def eval_transform(data_config: dict[str, Any]) -> Callable:
-    """timm's evaluation preprocessing, ending in uint8 tensors (normalization is on the device)."""
-    return create_transform(**data_config, is_training=False, use_prefetcher=True)
+def eval_transform(data_config: dict[str, Any], crop_border_pixels: int | None = None) -> Callable:
+    """timm's evaluation preprocessing, ending in uint8 tensors (normalization is on the device);
+    ``crop_border_pixels`` is timm's --crop-border-pixels (pixels cut from each side first)."""
+    return create_transform(
+        **data_config, is_training=False, use_prefetcher=True, crop_border_pixels=crop_border_pixels
+    )
 
 
-def image_mode(data_config: dict[str, Any]) -> str:
+def image_mode(data_config: dict[str, Any], input_img_mode: str | None = None) -> str:
+    """The PIL mode images are read in: --input-img-mode, else from the model's input channels."""
+    if input_img_mode:
+        return input_img_mode
     return "L" if data_config["input_size"][0] == 1 else "RGB"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,13 +49,19 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     log_freq: int = 0,
     should_stop: Callable[[], bool] | None = None,
+    output_index: Sequence[int] | None = None,
+    on_logits: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> EvalResult | None:
     """Top-1, top-5 and mean cross-entropy over ``loader`` (summed over ranks).
 
     ``should_stop`` (a single process only: ranks would part ways) is asked
     between batches; when it says yes the pass ends early and returns None.
+    ``output_index`` (timm's --valid-labels) keeps only those outputs, in that
+    order, before anything is scored; ``on_logits(logits, targets, indices)``
+    sees each batch's float32 logits (after that selection) for further metrics.
     """
     model.eval()
+    keep = None if output_index is None else torch.as_tensor(list(output_index), dtype=torch.int64, device=device)
     totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
     count = 0  # known on the host: no device sync per batch
     start = time.perf_counter()
@@ -68,6 +74,10 @@ def evaluate(
         with amp.autocast():
             logits = model(batch.images)
         logits = logits.float()
+        if keep is not None:
+            logits = logits.index_select(1, keep)
+        if on_logits is not None:
+            on_logits(logits, batch.targets, batch.indices)
         loss_sum = F.cross_entropy(logits, batch.targets, reduction="sum")
         top1, top5 = topk_correct(logits, batch.targets)
         totals += torch.stack([top1.float(), top5.float(), loss_sum])

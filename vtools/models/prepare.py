@@ -27,16 +27,19 @@ def use_channels_last(flag: bool | None, model: torch.nn.Module, device: torch.d
 
 
 def prepare_for_eval(
-    model: torch.nn.Module, channels_last: bool = False, torchcompile: str | None = None
+    model: torch.nn.Module,
+    channels_last: bool = False,
+    torchcompile: str | None = None,
+    torchcompile_mode: str | None = None,
 ) -> torch.nn.Module:
-    """Eval mode, memory layout and optional torch.compile, in that order."""
+    """Eval mode, memory layout and optional torch.compile (backend, mode), in that order."""
     model.eval()
     if channels_last:
         model.to(memory_format=torch.channels_last)
     if torchcompile and isinstance(model, OnnxModel):
         raise UsageError("--torchcompile compiles PyTorch models; an ONNX file runs in onnxruntime")
     if torchcompile:
-        model = torch.compile(model, backend=torchcompile)
+        model = torch.compile(model, backend=torchcompile, mode=torchcompile_mode)
     return model
 
 
