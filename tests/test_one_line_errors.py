@@ -356,6 +356,10 @@ TRAINING_FLAGS = [
     ("lr-nan", ["--lr", "nan"], "--lr must be a finite number"),
     ("epochz", ["--epochz", "3"], "did you mean --epochs?"),
     ("val-interval-0", ["--val-interval", "0"], "--val-interval must be a positive integer"),
+    ("naflex", ["--naflex-loader"], "--naflex-loader: variable-resolution and NaFlex batches need"),
+    ("wandb", ["--log-wandb"], "--log-wandb: Weights & Biases logging is not built in; use --log-tensorboard"),
+    ("scale-one-value", ["--scale", "0.5"], "--scale takes two values, low and high, got 0.5"),
+    ("kd-feature", ["--kd-distill-type", "feature"], "--kd-distill-type feature: feature and token distillation"),
 ]
 
 YAML_VALUES = [  # data-dir, then the line: line numbers count data-dir as line 1
@@ -369,7 +373,7 @@ YAML_TYPES = [  # data-dir, then the line; the config alone on the command line
     ("yaml-epochs-many", "epochs: many", "key 'epochs' expects an integer"),
     ("yaml-lr-list", "lr: [1, 2]", "key 'lr' expects a single value"),
     ("yaml-amp-yes", "amp: 'yes'", "key 'amp' expects true or false"),
-    ("yaml-scale-one-value", "scale: [0.5]", "key 'scale' expects 2 values"),
+    ("yaml-scale-one-value", "scale: [0.5]", "--scale takes two values, low and high, got 0.5"),
     ("yaml-clip-mode", "clip-mode: sideways", "key 'clip-mode' expects one of norm, value, agc"),
     ("yaml-not-yaml", "epochs: [", "is not valid YAML"),
 ]
