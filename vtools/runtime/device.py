@@ -51,6 +51,16 @@ class DeviceKind:
     affinity_env: str | None = None
     # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
     fused_optimizer: bool = False
+    # regular expression for the line the backend prints when it runs an operator on the host instead
+    # (group "op" names it); None: the backend has no such fallback (vtools/observe/fallback.py)
+    host_fallback: str | None = None
+
+
+def _fallback_words(backend: str) -> str:
+    """The words of PyTorch's boxed CPU fallbacks: torch_npu's npu_cpu_fallback ("CAUTION: The operator
+    'aten::x' is not currently supported on the NPU backend and will fall back to run on the CPU. ..."),
+    MPS's and XPU's (the same sentence without "CAUTION: ")."""
+    return rf"The operator '(?P<op>[^']+)' is not currently supported on the {backend} backend and will fall back"
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
@@ -85,6 +95,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             profiler_module="torch_npu.profiler",
             # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
             affinity_env="CPU_AFFINITY_CONF",
+            host_fallback=_fallback_words("NPU"),
             install_hint="install Ascend CANN and the torch_npu release built for this torch "
             "(torch_npu X.Y.Z requires torch X.Y.Z)",
         ),
@@ -96,8 +107,15 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             channels_last=True,
             install_hint="install an XPU build of torch",
             profiler_activity="XPU",
+            host_fallback=_fallback_words("XPU"),
         ),
-        DeviceKind("mps", dist_backend="gloo", install_hint="use a macOS arm64 build of torch", profiler_activity=None),
+        DeviceKind(
+            "mps",
+            dist_backend="gloo",
+            install_hint="use a macOS arm64 build of torch",
+            profiler_activity=None,
+            host_fallback=_fallback_words("MPS"),
+        ),
         DeviceKind(
             "mlu",
             package="torch_mlu",
