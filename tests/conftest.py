@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -291,3 +292,25 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
     assert a.keys() == b.keys()
     different = [k for k in a if not torch.equal(a[k], b[k])]
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(args: list[str], processes: int = 2) -> list[str]:
+    """``python -m torch.distributed.run`` with ``processes`` ranks on this host, then ``args``."""
+    return [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(processes),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        *args,
+    ]

@@ -28,6 +28,7 @@ from tests.conftest import (
     device_flags,
     run_script,
     summary,
+    torchrun,
     train_args,
     weights,
     write_model_folder,
@@ -407,10 +408,11 @@ def test_sigterm_mid_epoch_on_shards_resumes_exactly(stores: dict[str, Path], tm
     )
 
 
-@pytest.mark.cpu_only(reason="torchrun needs a collective backend: gloo on cpu; the emulator registers no hccl")
-def test_torchrun_counts_each_shard_sample_once(fashion4: Path, tmp_path: Path) -> None:
-    from tests.test_train import _free_port
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_torchrun_counts_each_shard_sample_once(device_type: str, fashion4: Path, tmp_path: Path) -> None:
+    from tests.test_train import two_devices
 
+    two_devices(device_type)
     odd = tmp_path / "odd"
     proc = _convert(fashion4, odd, "--shard-size", "13")  # 59 after removing one: uneven shards and ranks
     assert proc.returncode == 0, proc.stderr
@@ -420,21 +422,12 @@ def test_torchrun_counts_each_shard_sample_once(fashion4: Path, tmp_path: Path) 
     val["num_samples"] -= 1
     (odd / "_info.json").write_text(json.dumps(info))
     launched = run_script(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(_free_port()),
-            *train_args(
+        torchrun(
+            train_args(
                 Path("unused"),
                 tmp_path,
                 "ddp",
-                "--device",
-                "cpu",
+                *device_flags(device_type),
                 "--epochs",
                 "1",
                 "--dataset",
@@ -444,7 +437,7 @@ def test_torchrun_counts_each_shard_sample_once(fashion4: Path, tmp_path: Path) 
                 "--validation-batch-size",
                 "29",
             ),
-        ],
+        ),
         env={"OMP_NUM_THREADS": "1"},
         timeout=300,
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,9 +23,12 @@ from tests.conftest import (
     assert_one_line_error,
     assert_same_weights,
     assert_usage_error,
+    autoload_env,
     device_flags,
+    free_port,
     run_script,
     summary,
+    torchrun,
     train_args,
     weights,
 )
@@ -238,34 +241,44 @@ def test_dead_loader_worker_is_a_runtime_failure(device_type: str, fashion4: Pat
     assert state["epoch"] >= 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# The multi-NPU line as a user types it on an Ascend host (torch_npu autoloaded by ``import torch``: no
+# --device-modules); on the emulated npu, "hccl" is tests/emulated_npu/process_group.py.
+TORCHRUN_LINE = "torchrun --nproc-per-node 2 train.py --device npu"
 
 
-@pytest.mark.cpu_only(reason="torchrun needs a collective backend: gloo on cpu; the emulator registers no hccl")
-def test_torchrun_two_processes_counts_each_sample_once(fashion4: Path, tmp_path: Path) -> None:
+def two_devices(device_type: str) -> None:
+    """Skip a 2-rank run on a device type with fewer than two devices here (cuda on a 1-GPU host)."""
+    if device_type == "cuda" and torch.cuda.device_count() < 2:
+        pytest.skip("needs two cuda devices")
+
+
+def run_torchrun_line(device_type: str, *train_flags: str) -> subprocess.CompletedProcess:
+    """``TORCHRUN_LINE`` on ``device_type``, then ``train_flags``, as a shell would split it, with the
+    emulator autoloaded in every rank as torch_npu is; ``torchrun`` is this interpreter's
+    (``python -m torch.distributed.run``), its rendezvous on a free local port (torchrun's PET_* env)."""
+    argv = shlex.split(TORCHRUN_LINE.replace("--device npu", f"--device {device_type}"))
+    assert argv[0] == "torchrun"
+    env = {
+        **autoload_env(),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    return run_script(["-m", "torch.distributed.run", *argv[1:], *train_flags], env=env, timeout=300)
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_torchrun_two_processes_counts_each_sample_once(device_type: str, fashion4: Path, tmp_path: Path) -> None:
+    """Two ranks (gloo on cpu, hccl on npu): DDP trains, and validation shards count each image once."""
+    two_devices(device_type)
     val = fashion4 / "val"
     odd = tmp_path / "odd"  # 59 validation images: shards of 30 and 29, no padded duplicates, uneven batches
     shutil.copytree(fashion4, odd)
     next((odd / "val" / "bag").iterdir()).unlink()
-    proc = run_script(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(_free_port()),
-            *train_args(odd, tmp_path, "ddp", "--device", "cpu", "--epochs", "1", "--validation-batch-size", "29"),
-        ],  # shards of 2 and 1 batches
-        env={"OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
+    flags = train_args(odd, tmp_path, "ddp", "--epochs", "1", "--validation-batch-size", "29")[1:]  # 2 and 1 batches
+    proc = run_torchrun_line(device_type, *flags)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"on {device_type}" in proc.stdout and "2 process(es)" in proc.stdout
     rows = summary(tmp_path / "ddp")
     assert int(rows[0]["eval_samples"]) == 59
     assert proc.stdout.count("training test_resnet") == 1  # only rank 0 reports
@@ -294,29 +307,18 @@ def _rank_of(pid: int) -> int | None:
     return int(ranks[0]) if ranks else None
 
 
-def _torchrun(args: list[str]) -> list[str]:
-    return [
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(_free_port()),
-        *args,
-    ]
-
-
-@pytest.mark.cpu_only(reason="torchrun needs a collective backend: gloo on cpu; the emulator registers no hccl")
-def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(
+    device_type: str, fashion4: Path, tmp_path: Path
+) -> None:
     """SIGTERM reaches rank 1, and rank 0 only later: both stop after the same update, one checkpoint
     holds each rank's own RNG state, and the resumed 2-process run ends with the weights of an
     uninterrupted one. Dropout and mixup draw from each rank's own generators, so a rank that
-    restored another rank's state would train differently."""
+    restored another rank's state would train differently. On npu every collective (the stop
+    agreement, DDP's gradient buckets, the checkpoint's gathered RNG states) goes through hccl."""
+    two_devices(device_type)
     common = [
-        "--device",
-        "cpu",
+        *device_flags(device_type),
         "--epochs",
         "4",
         "--batch-size",
@@ -332,7 +334,7 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, t
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     launcher = subprocess.Popen(
-        [sys.executable, *_torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
+        [sys.executable, *torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -362,12 +364,12 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(fashion4: Path, t
     assert len(state["rank_states"]) == 2
     assert not torch.equal(state["rank_states"][0]["rng"]["torch"], state["rank_states"][1]["rng"]["torch"])
     resumed = run_script(
-        _torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
+        torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
     reference = run_script(
-        _torchrun(train_args(fashion4, tmp_path, "reference", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
+        torchrun(train_args(fashion4, tmp_path, "reference", *common)), env={"OMP_NUM_THREADS": "1"}, timeout=300
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert_same_weights(

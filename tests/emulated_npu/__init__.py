@@ -20,14 +20,20 @@ what a side stream writes reads as poison on other streams until they wait for
 it; each device has its own random generator. It counts host synchronisations
 (``sync_count``) so tests can show a loop makes none per step.
 
-What it cannot prove: anything about torch_npu itself (its kernels, HCCL,
-graph mode, memory limits), numerics of real NPU kernels, or speed. Tensors
-live in host memory; every op other than allocation, copies and views runs on
-CPU copies of its inputs through ``at::native::cpu_fallback``, synchronously,
-so only the ordering between streams is emulated, not concurrency; memory is
-freed at once (no caching allocator), so a missing ``record_stream`` cannot
-fail. Ops that have no CPU kernel (e.g. some fp16 ops) fail here and may work
-on an NPU - and vice versa.
+Collectives: it registers the c10d backend "hccl" for npu tensors
+(``process_group.py``), staged through gloo on host copies, so torchrun runs
+join ``init_process_group("hccl", device_id=npu:N)`` and DDP, object
+collectives and barriers run on npu tensors as on a host with torch_npu; like
+HCCL it refuses collectives on host tensors.
+
+What it cannot prove: anything about torch_npu itself (its kernels, HCCL's
+own transport and timeouts, graph mode, memory limits), numerics of real NPU
+kernels, or speed. Tensors live in host memory; every op other than
+allocation, copies and views runs on CPU copies of its inputs through
+``at::native::cpu_fallback``, synchronously, so only the ordering between
+streams is emulated, not concurrency; memory is freed at once (no caching
+allocator), so a missing ``record_stream`` cannot fail. Ops that have no CPU
+kernel (e.g. some fp16 ops) fail here and may work on an NPU - and vice versa.
 
 Environment:
   ASCEND_RT_VISIBLE_DEVICES    if set, device count = number of entries
@@ -87,6 +93,9 @@ def install() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
         )
+    from . import process_group  # the "hccl" collective backend for npu tensors
+
+    process_group.register()
 
 
 def _patch_tensor_printing() -> None:
