@@ -403,6 +403,28 @@ ROWS = [
         for name, flags, fragment in TRAINING_FLAGS
     ],
     Row(
+        "train-input-img-mode-channels",
+        [
+            "train.py",
+            "--data-dir",
+            "{data}",
+            "--model",
+            "test_resnet",
+            "--img-size",
+            "32",
+            "--output",
+            "{tmp}",
+            "--input-img-mode",
+            "RGBA",
+            "--device",
+            "cpu",
+        ],
+        2,
+        ["images are read in PIL mode RGBA (4 channels) but the model takes 3"],
+        checks=(_nothing_written,),
+        cpu_only="the image mode is checked on the host, before the first batch",
+    ),
+    Row(
         "validate-negative-profile",
         ["validate.py", "{data}/val", "--model", "test_resnet", "--profile", "-1"],
         2,

@@ -4,7 +4,6 @@ torchrun's, and a 2-task srun trains exactly as the same run under torchrun."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_same_weights, assert_usage_error, run_script, summary, train_args, weights
+from tests.conftest import (
+    REPO,
+    assert_same_weights,
+    assert_usage_error,
+    free_port,
+    run_script,
+    summary,
+    torchrun,
+    train_args,
+    weights,
+)
 from vtools.errors import UsageError
 from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.distributed import adopt_srun_launch, refuse_torchrun, srun_tasks, srun_tasks_on_this_node
@@ -132,12 +141,6 @@ def test_tasks_srun_bound_keep_their_own_cores(launch_env: dict[str, str], monke
 # ---------------------------------------------------------------- end to end
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _clean_env(**extra: str) -> dict[str, str | None]:
     """For run_script: no launcher's variables from this environment (None removes one), then ``extra``."""
     unset = {k: None for k in os.environ if k in LAUNCH_VARS or k.startswith("SLURM_")}
@@ -153,7 +156,7 @@ def _srun(args: list[str], tasks: int = 2) -> list[tuple[int, str, str]]:
     """``srun --nodes <tasks> --ntasks-per-node 1 python <args>`` as SLURM starts it, its nodes all this
     host: one process per task, told its place only by SLURM's variables. One task per node makes every
     local rank 0, unlike the global ranks, so a mix-up of the two cannot pass unnoticed."""
-    port = str(_free_port())
+    port = str(free_port())
     logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in range(tasks)]
     procs = [
         subprocess.Popen(
@@ -204,17 +207,7 @@ def test_two_srun_tasks_train_as_the_torchrun_run(fashion4: Path, tmp_path: Path
     assert [p.name for p in (tmp_path / "srun").iterdir()] == ["run"]
 
     reference = run_script(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(_free_port()),
-            *train_args(fashion4, tmp_path / "torchrun", "run", *common),
-        ],
+        torchrun(train_args(fashion4, tmp_path / "torchrun", "run", *common)),
         env=_clean_env(),
         timeout=300,
     )

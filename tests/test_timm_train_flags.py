@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from tests.conftest import (
     DEVICE_TYPES,
     assert_same_weights,
     device_flags,
+    free_port,
     run_script,
     summary,
     train_args,
@@ -193,10 +193,7 @@ def test_dist_bn_shares_running_statistics_as_timm(
 ) -> None:
     """After an epoch, timm's distribute_bn: reduce averages the ranks' statistics, broadcast copies rank 0's,
     '' and --sync-bn leave each rank's (rank 0 holds mean 1 / var 1, rank 1 mean 2 / var 4)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(_share_bn, args=(port, mode, sync_bn, str(tmp_path / "bn")), nprocs=2)
+    mp.spawn(_share_bn, args=(free_port(), mode, sync_bn, str(tmp_path / "bn")), nprocs=2)
     for rank in range(2):
         state = torch.load(tmp_path / f"bn-{rank}.pt", weights_only=True)
         expected_mean = mean if mean is not None else float(rank + 1)

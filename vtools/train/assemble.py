@@ -22,6 +22,7 @@ from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
+from vtools.evaluation.model_flags import check_input_mode
 from vtools.models.create import create_model
 from vtools.models.prepare import use_channels_last
 from vtools.runtime.distributed import DistInfo, ShardSampler
@@ -127,6 +128,7 @@ def build_loaders(
     (in ``dtype``, --model-dtype, when given)."""
     data_config = data_config_for(model, preprocess_overrides(args))
     mode = args.input_img_mode or image_mode(data_config)
+    check_input_mode(mode, data_config)
     keep = KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
     train_set = SeededSamples(
         train_source.images(recipe.build_train_transform(args, data_config), mode, keep),
