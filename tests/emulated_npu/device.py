@@ -37,6 +37,16 @@ _C = load_extension()
 _DeviceLike = int | str | torch.device | None
 
 DEVICE_NAME = "Emulated Ascend NPU (CPU memory)"
+# VTOOLS_EMU_NPU_CHIP -> what torch_npu's get_device_name reports (the SoC name from aclrtGetSocName)
+CHIPS = {"910A": "Ascend910A", "910B": "Ascend910B1", **{f"910B{n}": f"Ascend910B{n}" for n in range(1, 5)}}
+
+
+def chip() -> str | None:
+    """VTOOLS_EMU_NPU_CHIP (910A, 910B or 910B1-910B4), None when unset; anything else raises ValueError."""
+    value = os.environ.get("VTOOLS_EMU_NPU_CHIP", "").strip()
+    if value and value not in CHIPS:
+        raise ValueError(f"VTOOLS_EMU_NPU_CHIP must be one of {', '.join(CHIPS)}, got {value!r}")
+    return value or None
 
 
 def _index(device: _DeviceLike = None) -> int:
@@ -118,8 +128,8 @@ def _is_in_bad_fork() -> bool:
 
 
 def is_bf16_supported() -> bool:
-    """False with VTOOLS_EMU_NPU_NO_BF16=1 (an Ascend 910A), else True (910B)."""
-    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1"
+    """False with VTOOLS_EMU_NPU_NO_BF16=1 or VTOOLS_EMU_NPU_CHIP=910A (an Ascend 910A), else True (910B)."""
+    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and chip() != "910A"
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -140,7 +150,8 @@ class NpuDeviceProperties:
 def get_device_properties(device: _DeviceLike = None) -> NpuDeviceProperties:
     index = _index(device)
     assert 0 <= index < _C.device_count(), "Invalid device id"
-    return NpuDeviceProperties(name=DEVICE_NAME, total_memory=_C.total_memory(), index=index)
+    name = CHIPS[chip()] if chip() else DEVICE_NAME
+    return NpuDeviceProperties(name=name, total_memory=_C.total_memory(), index=index)
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
@@ -269,3 +280,15 @@ class stream:
     def __exit__(self, *exc: object) -> None:
         if self.previous is not None:
             set_stream(self.previous)
+
+
+# torch_npu's operator compile mode: with jit_compile on, an operator is compiled for each new input shape
+_compile_mode = {"jit_compile": True}
+
+
+def set_compile_mode(jit_compile: bool = True) -> None:
+    _compile_mode["jit_compile"] = bool(jit_compile)
+
+
+def is_jit_compile_false() -> bool:
+    return not _compile_mode["jit_compile"]

@@ -8,18 +8,43 @@ from __future__ import annotations
 import sys
 
 from vtools.cli.parser import OneLineParser
-from vtools.errors import fail
+from vtools.errors import UsageError, fail
 from vtools.observe.env_report import collect, format_report
+from vtools.runtime import preflight
+from vtools.runtime.device import resolve_device
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m vtools env", description=__doc__)
     parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
     parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        default=False,
+        help="also run the preflight: every set-up problem and recommended setting, one line each with its fix; "
+        "exit 2 when one would stop a run",
+    )
     args = parser.parse_args(argv)
     report = collect(args.device, tuple(args.device_modules or ()))
     print(format_report(report))
     sys.stdout.flush()
+    if args.check:
+        return check(args.device, tuple(args.device_modules or ()))
     if " unusable: " in str(report["device"]):
         fail(str(report["device"]), prog="python -m vtools env")
     return 0
+
+
+def check(spec: str, device_modules: tuple[str, ...]) -> int:
+    """Every preflight finding for ``spec``, one line each; exit 2 when any would stop a run."""
+    findings = preflight.before_device(spec)
+    try:
+        findings += preflight.after_device(resolve_device(spec, device_modules), spec)
+    except UsageError as err:
+        findings.append(preflight.Finding("error", str(err)))
+    for finding in findings:
+        print(finding.line())
+    errors = sum(finding.severity == "error" for finding in findings)
+    print(f"preflight: {errors} error(s), {len(findings) - errors} note(s)")
+    return 2 if errors else 0

@@ -51,6 +51,17 @@ class DeviceKind:
     affinity_env: str | None = None
     # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
     fused_optimizer: bool = False
+    # preflight (vtools/runtime/preflight.py): visible_env lists integer device ids (not UUIDs)
+    numeric_visible_ids: bool = False
+    # the backend package is released per torch version (X.Y.Z pairs with torch X.Y.Z)
+    pairs_torch_version: bool = False
+    # "module.function" returning the vendor toolkit's version (CANN), where the package has one
+    toolkit_version: str | None = None
+    # performance variables: (name, recommended value, what it does), reported when they differ
+    recommended_env: tuple[tuple[str, str, str], ...] = ()
+    # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
+    # under torch.<type>
+    runtime_settings: tuple[tuple[str, str, Any], ...] = ()
     # regular expression for the line the backend prints when it runs an operator on the host instead
     # (group "op" names it); None: the backend has no such fallback (vtools/observe/fallback.py)
     host_fallback: str | None = None
@@ -98,6 +109,17 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             host_fallback=_fallback_words("NPU"),
             install_hint="install Ascend CANN and the torch_npu release built for this torch "
             "(torch_npu X.Y.Z requires torch X.Y.Z)",
+            numeric_visible_ids=True,
+            pairs_torch_version=True,
+            toolkit_version="torch_npu.utils.get_cann_version",
+            recommended_env=(
+                ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),
+                ("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),
+                ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "less fragmentation when sizes change"),
+                ("HCCL_CONNECT_TIMEOUT", "1200", "seconds ranks wait for each other at start (default 120)"),
+            ),
+            # operators compiled per shape (jit_compile) recompile for minutes whenever a shape changes
+            runtime_settings=(("set_compile_mode", "jit_compile", False),),
         ),
         DeviceKind(
             "xpu",

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from timm.layers import set_fast_norm
 
+from vtools.errors import UsageError
+from vtools.runtime import preflight
 from vtools.runtime.amp import AmpPolicy, resolve_amp
 from vtools.runtime.cpu_budget import CpuBudget, setup_cpu_budget
 from vtools.runtime.device import apply_tuning, resolve_device
@@ -22,6 +24,7 @@ class Runtime:
     amp: AmpPolicy
     budget: CpuBudget
     model_dtype: torch.dtype | None = None  # --model-dtype: the weights' and the batches' dtype
+    notes: tuple[str, ...] = ()  # preflight's notes (the chip and its precision, settings applied)
 
 
 def setup_runtime(args: argparse.Namespace) -> Runtime:
@@ -29,12 +32,29 @@ def setup_runtime(args: argparse.Namespace) -> Runtime:
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
     split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
     adopt_srun_launch()  # srun's SLURM_* as torchrun's RANK/LOCAL_RANK/...: LOCAL_RANK picks the device
+    stop_on_errors(preflight.before_device(args.device))
     device = resolve_device(args.device, args.device_modules or ())
+    findings = preflight.after_device(device, args.device)
+    stop_on_errors(findings)
+    notes = [finding.text for finding in findings if finding.severity == "note" and "recommended" not in finding.text]
+    if getattr(args, "device_settings", False):
+        notes += [f"applied {setting}" for setting in preflight.apply_settings(device)]
     apply_tuning(device)
     budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)
     if getattr(args, "fast_norm", False):
         set_fast_norm()  # before any model is built: timm's norm layers read it when created
     model_dtype = getattr(torch, args.model_dtype) if getattr(args, "model_dtype", None) else None
     return Runtime(
-        device=device, amp=resolve_amp(device, args.amp, args.amp_dtype), budget=budget, model_dtype=model_dtype
+        device=device,
+        amp=resolve_amp(device, args.amp, args.amp_dtype),
+        budget=budget,
+        model_dtype=model_dtype,
+        notes=tuple(notes),
     )
+
+
+def stop_on_errors(findings: list[preflight.Finding]) -> None:
+    """Preflight's first error ends the script in one line (exit 2), before any model is built."""
+    errors = [finding for finding in findings if finding.severity == "error"]
+    if errors:
+        raise UsageError(errors[0].text)

@@ -1,0 +1,120 @@
+"""Preflight: each set-up problem that breaks accelerator jobs is one line with its fix, fatal ones exit 2
+before any model is built, and ``vtools env --check`` lists them all; on the emulated npu as on Ascend.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    EMULATED_NPU_MODULE,
+    REPO,
+    assert_usage_error,
+    broken_torch_npu_package,
+    device_flags,
+    run_script,
+    train_args,
+)
+from vtools.runtime import preflight
+
+pytestmark = pytest.mark.cpu_only(
+    reason="each test sets up the device situation it checks; those about the npu load the emulator themselves"
+)
+CHECK_NPU = ["-m", "vtools", "env", "--check", "--device", "npu", "--device-modules", EMULATED_NPU_MODULE]
+
+
+@pytest.mark.parametrize(
+    "visible, local_world, fragment",
+    [
+        ("0,0", "1", "ASCEND_RT_VISIBLE_DEVICES=0,0 names device 0 twice"),
+        ("1,0", "1", "ASCEND_RT_VISIBLE_DEVICES=1,0 is out of order"),
+        ("0,x", "1", "device ids must be integers"),
+        ("0", "2", "shows 1 device(s) but 2 processes run on this host"),
+    ],
+)
+def test_visible_devices_mistakes_stop_a_run_before_any_model(
+    visible: str, local_world: str, fragment: str, fashion4: Path, tmp_path: Path
+) -> None:
+    env = {"ASCEND_RT_VISIBLE_DEVICES": visible, "LOCAL_WORLD_SIZE": local_world}
+    proc = run_script(train_args(fashion4, tmp_path, "run", *device_flags("npu")), env=env)
+    assert_usage_error(proc, fragment)
+    assert not (tmp_path / "run").exists()
+    check = run_script(CHECK_NPU, env=env)
+    errors = [line for line in check.stdout.splitlines() if line.startswith("preflight error: ")]
+    assert check.returncode == 2 and len(errors) == 1 and fragment in errors[0]
+
+
+def test_a_good_visible_devices_list_passes() -> None:
+    check = run_script(CHECK_NPU, env={"ASCEND_RT_VISIBLE_DEVICES": "0,1"})
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "preflight: 0 error(s)" in check.stdout
+
+
+def test_auto_with_a_broken_backend_is_never_a_silent_cpu_run(fashion4: Path, tmp_path: Path) -> None:
+    broken_torch_npu_package(tmp_path)
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "auto"), env=env)
+    assert_usage_error(proc, "--device auto found no usable npu although torch_npu is installed", "--device cpu")
+    chosen = run_script(train_args(fashion4, tmp_path, "cpu", "--device", "cpu", "--epochs", "1"), env=env)
+    assert chosen.returncode == 0, chosen.stderr[-2000:]  # the cpu on purpose still runs
+
+
+def _fake_backend_release(root: Path, version: str) -> dict[str, str]:
+    """An installed torch_npu distribution of ``version`` (its metadata only: the emulator is the device)."""
+    dist_info = root / f"torch_npu-{version}.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_npu\nVersion: {version}\n")
+    return {"PYTHONPATH": f"{root}:{REPO}"}
+
+
+def test_a_backend_built_for_another_torch_stops(tmp_path: Path) -> None:
+    import torch
+
+    major, minor = torch.__version__.split(".")[:2]
+    other = f"{major}.{int(minor) - 1}.0"
+    proc = run_script(CHECK_NPU, env=_fake_backend_release(tmp_path / "old", other))
+    assert proc.returncode == 2
+    assert f"torch_npu {other} is built for torch {other}, this is torch {torch.__version__}" in proc.stdout
+    matching = torch.__version__.split("+")[0] + ".post2"  # the release for this torch, a later build of it
+    assert run_script(CHECK_NPU, env=_fake_backend_release(tmp_path / "same", matching)).returncode == 0
+
+
+def test_the_rendezvous_port_in_use_stops_an_srun_style_launch(fashion4: Path, tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "cpu"), env=env)
+    assert_usage_error(proc, f"MASTER_PORT {port} is already in use")
+
+
+def test_the_start_line_names_the_chip_and_the_settings_applied(fashion4: Path, tmp_path: Path) -> None:
+    """910A-like (no bf16): the start line says fp16 + GradScaler; --device-settings turns jit_compile off."""
+    flags = [*device_flags("npu"), "--epochs", "1", "--device-settings"]
+    proc = run_script(train_args(fashion4, tmp_path, "run", *flags), env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no bfloat16: --amp uses float16 with a GradScaler" in proc.stdout
+    assert "device: applied npu.set_compile_mode(jit_compile=False)" in proc.stdout
+
+
+def test_recommended_settings_are_reported_until_set() -> None:
+    unset = run_script(CHECK_NPU, env={"TASK_QUEUE_ENABLE": None, "HCCL_CONNECT_TIMEOUT": None})
+    assert (
+        "preflight note: TASK_QUEUE_ENABLE=(unset)" in unset.stdout
+        and "recommended TASK_QUEUE_ENABLE=2" in unset.stdout
+    )
+    done = run_script(CHECK_NPU, env={"TASK_QUEUE_ENABLE": "2", "HCCL_CONNECT_TIMEOUT": "1200"})
+    assert "TASK_QUEUE_ENABLE" not in done.stdout.split("preflight")[-1] and "HCCL_CONNECT_TIMEOUT=(" not in done.stdout
+
+
+def test_findings_are_data_not_branches() -> None:
+    """Every check reads the device table: a device type with no such data yields no finding."""
+    from vtools.runtime.device import DeviceKind
+
+    plain = DeviceKind("newdev", visible_env="NEWDEV_VISIBLE")
+    assert preflight.visible_devices(plain) == [] and preflight.backend_version(plain) == []
+    assert preflight.settings(plain) == []

@@ -1,0 +1,211 @@
+"""Preflight: the set-up problems that break accelerator jobs, found before any model is built.
+
+Every finding is one line with its fix. Errors stop a script with exit code 2
+(a mismatched backend package, a visible-devices variable that hides the
+devices it names, ``--device auto`` about to fall back to the cpu because a
+backend failed, a rendezvous port already taken); warnings and notes are
+printed and the run goes on. What is checked for a device type is data in
+:data:`vtools.runtime.device.DEVICE_KINDS` (which package pairs with torch's
+version, which variable selects devices, which settings are recommended), so
+there is no per-device branch here. ``python -m vtools env --check`` prints
+every finding for a device.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from vtools.runtime import device as dev
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" (the script stops, exit 2), "warning" or "note"
+    text: str  # what is wrong (or worth knowing), with the fix
+
+    def line(self) -> str:
+        return f"preflight {self.severity}: {self.text}"
+
+
+def before_device(spec: str) -> list[Finding]:
+    """What can be checked before the device is resolved: the visible-devices variable and the
+    rendezvous port of a launch without torchrun."""
+    device_type = spec.split(":")[0].strip().lower()
+    kinds = [dev.kind_of(device_type)] if device_type not in ("auto", "cpu") else list(dev.DEVICE_KINDS.values())
+    findings = [finding for kind in kinds for finding in visible_devices(kind)]
+    return findings + rendezvous_port()
+
+
+def after_device(device: torch.device, spec: str) -> list[Finding]:
+    """What needs the resolved device: a cpu that ``auto`` fell back to, the backend's version pairing
+    with torch, the chip and its precision, the backend's recommended settings."""
+    if device.type == "cpu":
+        return auto_fell_back(spec)
+    kind = dev.kind_of(device.type)
+    return [*backend_version(kind), *chip(device), *settings(kind)]
+
+
+def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
+    """Duplicate, out-of-order or non-numeric entries in a visible-devices variable, and fewer devices
+    than the processes torchrun starts on this host: each would leave ranks without a device."""
+    if not kind.visible_env or not kind.numeric_visible_ids or kind.visible_env not in os.environ:
+        return []
+    raw = os.environ[kind.visible_env]
+    entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
+    name = f"{kind.visible_env}={raw}"
+    if any(not entry.isdigit() for entry in entries):
+        return [Finding("error", f"{name}: device ids must be integers, e.g. {kind.visible_env}=0,1,2,3")]
+    ids = [int(entry) for entry in entries]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        return [Finding("error", f"{name} names device {repeated[0]} twice: list each device once")]
+    if ids != sorted(ids):
+        return [
+            Finding(
+                "error",
+                f"{name} is out of order, which the {kind.type} runtime does not accept (its devices then read "
+                f"as unavailable): list them ascending, {kind.visible_env}={','.join(map(str, sorted(ids)))}",
+            )
+        ]
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local > len(ids):
+        return [
+            Finding(
+                "error",
+                f"{name} shows {len(ids)} device(s) but {local} processes run on this host: start "
+                f"--nproc-per-node {len(ids)}, or make more devices visible",
+            )
+        ]
+    return []
+
+
+def rendezvous_port() -> list[Finding]:
+    """Under a launch that is not torchrun's (srun, a hand-set env), rank 0 opens MASTER_PORT itself: an
+    earlier job still holding it fails the start after a long timeout, so it is checked now."""
+    if "TORCHELASTIC_RUN_ID" in os.environ or os.environ.get("RANK", "0") != "0":
+        return []
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2 or "MASTER_PORT" not in os.environ:
+        return []
+    port = int(os.environ["MASTER_PORT"])
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return [
+                Finding(
+                    "error",
+                    f"MASTER_PORT {port} is already in use (an earlier job still running?): stop it, or export "
+                    "another MASTER_PORT for every task",
+                )
+            ]
+    return []
+
+
+def auto_fell_back(spec: str) -> list[Finding]:
+    """``--device auto`` chose the cpu although an accelerator's package is installed: that package failed
+    to give a device, and the run would train on the cpu at a fraction of the speed without a word."""
+    if spec.strip().lower() != "auto":
+        return []
+    for kind in dev.DEVICE_KINDS.values():
+        if kind.package and importlib.util.find_spec(kind.package.split(".")[0]) is not None:
+            status = dev.backend_versions().get(kind.package, "installed")
+            return [
+                Finding(
+                    "error",
+                    f"--device auto found no usable {kind.type} although {kind.package} is installed ({status}): "
+                    f"fix the {kind.type} set-up (`python -m vtools env --check --device {kind.type}`), or pass "
+                    "--device cpu to run on the cpu on purpose",
+                )
+            ]
+    return []
+
+
+def backend_version(kind: dev.DeviceKind) -> list[Finding]:
+    """The backend package must be the release built for this torch (torch_npu X.Y.Z needs torch X.Y.Z);
+    the toolkit version (CANN) is noted where the package reports it."""
+    if not kind.package or not kind.pairs_torch_version:
+        return []
+    version = _package_version(kind.package)
+    if version is None:
+        return []
+    findings = []
+    wanted, have = _release(torch.__version__), _release(version)
+    if wanted != have:
+        findings.append(
+            Finding(
+                "error",
+                f"{kind.package} {version} is built for torch {'.'.join(have)}, this is torch {torch.__version__}: "
+                f"install the {kind.package} release for torch {'.'.join(wanted)} (or the torch it was built for)",
+            )
+        )
+    toolkit = _toolkit_version(kind)
+    if toolkit:
+        findings.append(Finding("note", f"{kind.package} {version}, toolkit {toolkit}"))
+    return findings
+
+
+def chip(device: torch.device) -> list[Finding]:
+    """The chip and its mixed precision: bfloat16, or float16 with a GradScaler where it has none."""
+    name = dev.describe(device).get("name", device.type)
+    precision = "bfloat16" if dev.is_bf16_supported(device) else "no bfloat16: --amp uses float16 with a GradScaler"
+    return [Finding("note", f"{device}: {name}, {precision}")]
+
+
+def settings(kind: dev.DeviceKind) -> list[Finding]:
+    """The backend's performance variables that differ from the recommended value (applied only on request:
+    see :func:`apply_settings`)."""
+    findings = []
+    for name, value, why in kind.recommended_env:
+        current = os.environ.get(name)
+        if current != value:
+            findings.append(
+                Finding("note", f"{name}={current or '(unset)'}: {why}; recommended {name}={value} (export it)")
+            )
+    return findings
+
+
+def apply_settings(device: torch.device) -> list[str]:
+    """``--device-settings``: the backend's runtime settings for changing shapes (e.g. npu's jit_compile off,
+    so new shapes do not recompile operators for minutes). Returns what was set."""
+    applied = []
+    module = dev.device_module(device)
+    for function, keyword, value in dev.kind_of(device.type).runtime_settings:
+        setter = getattr(module, function, None)
+        if setter is not None:
+            setter(**{keyword: value})
+            applied.append(f"{device.type}.{function}({keyword}={value})")
+    return applied
+
+
+def _package_version(package: str) -> str | None:
+    module = sys.modules.get(package)
+    if module is not None and getattr(module, "__version__", None):
+        return str(module.__version__)
+    try:
+        return importlib.metadata.version(package.split(".")[0].replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[str, ...]:
+    """'2.14.0.post2' and '2.14.0+cpu' -> ('2', '14', '0')."""
+    return tuple(re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _toolkit_version(kind: dev.DeviceKind) -> str | None:
+    if not kind.toolkit_version:
+        return None
+    module_name, _, function = kind.toolkit_version.rpartition(".")
+    try:
+        return str(getattr(importlib.import_module(module_name), function)()) or None
+    except Exception:  # an old toolkit without the query: nothing to note
+        return None
