@@ -40,6 +40,15 @@ Environment:
   VTOOLS_EMU_NPU_DEVICE_COUNT  device count otherwise (default 2)
   VTOOLS_EMU_NPU_NO_BF16=1     behave like an Ascend 910A (no bf16 autocast)
   VTOOLS_EMU_NPU_STRICT_STREAMS=0  let other streams see side-stream writes at once
+  VTOOLS_EMU_NPU_CHIP          910A, 910B or 910B1..910B4: get_device_name() says
+                               "Ascend910A", "Ascend910B1"...; 910A has no bf16
+  VTOOLS_EMU_NPU_FALLBACK_OPS  e.g. "aten::relu_,aten::add.Tensor": these ops announce
+                               a host (CPU) fallback on stderr in torch_npu's words
+                               (``fallbacks.py``)
+  VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE  once (default, per op and process, as
+                               torch_npu) or always (at every call)
+  VTOOLS_EMU_NPU_FAULT_OP      e.g. "aten::addmm": that op's npu results are off by
+  VTOOLS_EMU_NPU_FAULT_SCALE   this relative amount (default 0.01) (``faults.py``)
   VTOOLS_EMU_NPU_BUILD_DIR     build cache (default
                                ~/.cache/vtools/emulated_npu/<torch version>)
 The device count is read once per process, at first use.
@@ -89,6 +98,11 @@ def install() -> None:
         device._vtools_emulated = True
         torch._register_device_module(BACKEND_NAME, device)
     _patch_tensor_printing()
+    from . import fallbacks, faults  # Python kernels around the npu ones, only for the operators named
+
+    device.chip()  # a bad VTOOLS_EMU_NPU_CHIP fails here
+    fallbacks.install_from_env()
+    faults.install_from_env()
     if not hasattr(torch.Tensor, BACKEND_NAME):
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False

@@ -19,9 +19,18 @@ WORKERS_HELP = (
 )
 
 
-def add_device_args(parser: argparse.ArgumentParser) -> None:
-    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto)."""
+def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False) -> None:
+    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto); ``cpu_fallback``:
+    also --no-cpu-fallback (for the scripts that watch host fallbacks: vtools/observe/fallback.py)."""
     group = parser.add_argument_group("device and precision")
+    if cpu_fallback:
+        group.add_argument(
+            "--no-cpu-fallback",
+            action="store_true",
+            default=False,
+            help="stop (exit 3) at the first operator the device backend runs on the host CPU instead "
+            "(without it such operators are counted and reported at the end)",
+        )
     group.add_argument(
         "--device",
         default="auto",

@@ -32,6 +32,7 @@ from vtools.models.folder import export_model_folder
 from vtools.models.prepare import unwrap
 from vtools.models.weights import read_state_dict
 from vtools.observe.curves import ScalarLog, plot_runs
+from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
 from vtools.results import write_rows
 from vtools.runtime import device as dev
@@ -92,7 +93,14 @@ def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> in
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(args, dist_info)
     with owned_folder(run.path, enabled=dist_info.is_main, made=run.made) as claim:
-        return run_training(args, run, runtime, dist_info, claim)
+        with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
+            code = run_training(args, run, runtime, dist_info, claim)
+        if dist_info.is_main:  # every rank runs the same operators: rank 0's count stands for the run
+            path = claim.folder / CSV_NAME
+            claim.wrote(path, created=not path.exists())
+            fallbacks.write_csv(path)
+            print(fallbacks.summary(str(path)))
+        return code
 
 
 def run_training(

@@ -56,6 +56,7 @@ from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode,
 from vtools.models.create import create_model
 from vtools.models.folder import class_names_of
 from vtools.models.prepare import count_params, use_channels_last
+from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -136,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_refused(group, "--naflex-loader", action="store_true", default=False, reason=NAFLEX_REASON)
     add_refused(group, "--naflex-max-seq-len", type=int, default=576, reason=NAFLEX_SEQ_REASON)
     add_loader_args(parser, batch_size=256)
-    add_device_args(parser)
+    add_device_args(parser, cpu_fallback=True)
     group = parser.add_argument_group("results")
     group.add_argument("--results-file", default="", metavar="PATH", help="write one row per model here")
     group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
@@ -397,17 +398,18 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = expand_checkpoints(args.checkpoint)
     rows = []
     retry = args.retry or len(models) * len(checkpoints) > 1  # timm retries every model of a bulk run
-    for model_name in models:
-        for checkpoint in checkpoints:
-            row = validate_with_retry(args, model_name, checkpoint, runtime, retry)
-            print(
-                f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
-                f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
-                + _metrics_line(row, args.metrics_avg),
-                flush=True,
-            )
-            rows.append(row)
+    with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
+        for model_name in models:
+            for checkpoint in checkpoints:
+                row = validate_with_retry(args, model_name, checkpoint, runtime, retry)
+                print(
+                    f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+                    f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+                    f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
+                    + _metrics_line(row, args.metrics_avg),
+                    flush=True,
+                )
+                rows.append(row)
     columns = [
         "model",
         "top1",
@@ -421,7 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         "img_per_sec",
     ]
     print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
+    fallbacks_file = None
     if args.results_file:
         write_rows(args.results_file, rows, args.results_format)
         print(f"results written to {args.results_file}")
+        fallbacks_file = fallbacks.write_csv(Path(args.results_file).with_suffix(f".{CSV_NAME}"))
+    print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
     return 0

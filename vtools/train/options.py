@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait for the device after every update (timing and debugging; slower)",
     )
     group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
-    add_device_args(parser)
+    add_device_args(parser, cpu_fallback=True)
     add_distillation_args(parser)
     add_accepted_timm_args(parser)
     return parser

@@ -1,0 +1,354 @@
+"""Operators the device backend ran on the host CPU instead of the device, counted from its own words.
+
+A backend with a boxed CPU fallback runs an operator it has no kernel for on CPU copies of its
+inputs and says so. Ascend's backend prints, once per operator and process::
+
+    [W... compiler_depend.ts:51] Warning: CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not
+    currently supported on the NPU backend and will fall back to run on the CPU. This may have
+    performance implications. (function npu_cpu_fallback)
+
+through its own ``c10::WarningHandler`` (its warn macro), i.e. straight to file descriptor 2:
+it never reaches Python's ``warnings`` module. MPS and XPU warn through ``warnings`` (once per
+process), which Python also prints on file descriptor 2. So :class:`FallbackWatch` tees that
+descriptor: everything written there still reaches the terminal or log as it came, and each line
+that matches the device table's ``host_fallback`` pattern (vtools/runtime/device.py) is counted.
+
+A count is a number of announcements, not of calls: Ascend's backend announces an operator once
+per process, so there each operator counts 1 per process; what matters is which operators, and
+where the run was when each first fell back (the main thread's innermost frame outside torch when
+the line arrived: the model code's line for a forward operator, the ``backward()`` call for a
+backward one).
+
+``fatal=True`` (``--no-cpu-fallback``) ends the run at the first one: the watcher raises
+:class:`HostFallbackStop` in the main thread at its next Python instruction, and leaving the
+``with`` block turns it into :class:`~vtools.errors.RunFailed` (exit 3) naming the operator.
+
+Devices whose row has no pattern (cpu, cuda) are not watched: nothing is redirected.
+Limits: announcements made before the watch starts (the backend makes each only once) or by other
+processes (loader workers run no device operators) are not seen; output written in the last
+instant before a hard crash of the process can be lost with the tee thread.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import io
+import os
+import re
+import select
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import torch
+
+from vtools.atomic import atomic_write_text
+from vtools.errors import RunFailed
+from vtools.runtime import device as dev
+
+CSV_NAME = "cpu_fallbacks.csv"
+CSV_COLUMNS = ("op", "count", "first_seen_at")
+_SENTINEL = b"\x00vtools-fallback-watch-end\x00"
+_MAX_LINE = 1 << 20  # a "line" longer than this is not an announcement: stop collecting it
+
+
+class HostFallbackStop(BaseException):
+    """Raised asynchronously in the main thread at the first host fallback under ``fatal``. A
+    BaseException, so that no ``except Exception`` on the way swallows it; the watch turns it into
+    RunFailed."""
+
+
+@dataclass
+class Fallback:
+    op: str
+    count: int
+    first_seen_at: str
+
+
+class FallbackWatch:
+    """Count the host fallbacks a backend announces while the ``with`` block runs (see the module)."""
+
+    def __init__(self, device_type: str, fatal: bool = False, pattern: str | None = None) -> None:
+        self.device_type = device_type
+        self.pattern = pattern if pattern is not None else dev.kind_of(device_type).host_fallback
+        self.fatal = fatal
+        self._regex = re.compile(self.pattern) if self.pattern else None
+        self._counts: dict[str, Fallback] = {}
+        self._lock = threading.Lock()
+        self._main = threading.main_thread().ident
+        self._first_fatal: Fallback | None = None
+        self._closed = False
+        self._saved_fd: int | None = None
+        self._write_fd: int | None = None
+        self._drained = threading.Event()
+        self._restored = False
+
+    @property
+    def watching(self) -> bool:
+        return self._regex is not None
+
+    # --- counting -----------------------------------------------------------------------------
+
+    def feed(self, line: str) -> Fallback | None:
+        """Count ``line`` if it announces a host fallback; returns that operator's entry."""
+        match = self._regex.search(line) if self._regex is not None else None
+        if match is None:
+            return None
+        op = match.group("op")
+        with self._lock:
+            entry = self._counts.get(op)
+            if entry is None:
+                entry = self._counts[op] = Fallback(op, 0, main_thread_location(self._main))
+            entry.count += 1
+            if self.fatal and self._first_fatal is None and not self._closed:
+                self._first_fatal = entry
+                _raise_in_thread(self._main, HostFallbackStop)
+        return entry
+
+    def fallbacks(self) -> list[Fallback]:
+        """Every operator seen, most announcements first."""
+        with self._lock:
+            entries = [Fallback(e.op, e.count, e.first_seen_at) for e in self._counts.values()]
+        return sorted(entries, key=lambda e: (-e.count, e.op))
+
+    @property
+    def total(self) -> int:
+        return sum(entry.count for entry in self.fallbacks())
+
+    # --- reporting ----------------------------------------------------------------------------
+
+    def summary(self, where: str | None = None, top: int = 10) -> str:
+        """The end-of-run report: a line, and one more per operator (the ``top`` most frequent)."""
+        if not self.watching:
+            return f"cpu fallbacks: 0 ({self.device_type} has no host fallback to watch)"
+        entries = self.fallbacks()
+        if not entries:
+            return f"cpu fallbacks: 0 (no operator ran on the host instead of the {self.device_type} device)"
+        file_note = f"; all in {where}" if where else ""
+        lines = [
+            f"cpu fallbacks: {len(entries)} operator(s) ran on the host instead of the {self.device_type} device "
+            f"({self.total} announcement(s): a backend announces an operator once per process at most){file_note}:"
+        ]
+        width = max(len(e.op) for e in entries[:top])
+        lines += [f"  {e.op.ljust(width)}  {e.count:>6}  first at {e.first_seen_at}" for e in entries[:top]]
+        if len(entries) > top:
+            lines.append(f"  ... and {len(entries) - top} more")
+        return "\n".join(lines)
+
+    def csv_text(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        for entry in self.fallbacks():
+            writer.writerow((entry.op, entry.count, entry.first_seen_at))
+        return out.getvalue()
+
+    def write_csv(self, path: str | os.PathLike) -> Path:
+        """``op,count,first_seen_at`` (a header only when there were none), written atomically."""
+        return atomic_write_text(path, self.csv_text())
+
+    def fatal_message(self) -> str:
+        entry = self._first_fatal
+        assert entry is not None
+        return (
+            f"--no-cpu-fallback: the {self.device_type} backend ran {entry.op} on the host CPU (announced while "
+            f"the run was at {entry.first_seen_at}); the run stops at the first host fallback: give the model "
+            "operators the device supports, or run without --no-cpu-fallback to count them all"
+        )
+
+    # --- the tee on file descriptor 2 -------------------------------------------------------------
+
+    def __enter__(self) -> FallbackWatch:
+        if self.watching:
+            self._start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        for _ in range(3):  # a HostFallbackStop already on its way may land in here once
+            try:
+                self.close()
+                break
+            except HostFallbackStop:
+                continue
+        if self._first_fatal is not None:
+            raise RunFailed(self.fatal_message()) from None
+        return False
+
+    def _start(self) -> None:
+        _flush_stderr()
+        self._saved_fd = os.dup(2)
+        read_fd, self._write_fd = os.pipe()
+        os.dup2(self._write_fd, 2)
+        thread = threading.Thread(
+            target=self._pump, args=(read_fd, self._saved_fd), name="vtools-fallback-watch", daemon=True
+        )
+        thread.start()
+
+    def close(self) -> None:
+        """Stop counting: file descriptor 2 is the original again and every line written before is counted.
+        Idempotent. (Loader workers forked meanwhile still write through the tee; it forwards until they
+        exit.)"""
+        with self._lock:
+            self._closed = True
+        if self.fatal:
+            _raise_in_thread(self._main, None)  # cancel a HostFallbackStop not delivered yet
+        if self._saved_fd is None or self._restored:
+            return
+        _flush_stderr()
+        os.dup2(self._saved_fd, 2)
+        self._restored = True
+        os.write(self._write_fd, _SENTINEL)
+        os.close(self._write_fd)
+        self._drained.wait(timeout=30)
+
+    def _pump(self, read_fd: int, out_fd: int) -> None:
+        """Forward what arrives on the pipe to the original descriptor and count its lines until the
+        sentinel; then only forward, until every writer has closed the pipe. Bytes go out as they come
+        (little is lost if the process dies), except under ``fatal``: there a line is held until it is
+        complete (or 0.1 s passed) so that the announcement the run stops for is not printed as well as
+        the run's one-line error."""
+        pending = b""  # read, not yet past the sentinel check
+        line = b""  # the current line, for matching
+        sent = 0  # how much of ``line`` has been forwarded
+        counting = True
+        out: int | None = out_fd
+
+        def forward(data: bytes) -> None:
+            nonlocal out
+            if out is not None and data and not _write_all(out, data):
+                out = None  # the original stderr is gone: keep draining, never block the writers
+
+        def take(data: bytes) -> None:
+            nonlocal line, sent
+            if not counting:
+                forward(data)
+                return
+            line += data
+            while (cut := line.find(b"\n")) >= 0:
+                complete, line = line[: cut + 1], line[cut + 1 :]
+                entry = self.feed(complete.decode("utf-8", "replace"))
+                if not (self.fatal and entry is not None):
+                    forward(complete[sent:])
+                sent = 0
+            if not self.fatal or len(line) > _MAX_LINE:
+                forward(line[sent:])
+                sent = len(line)
+            if len(line) > _MAX_LINE:
+                line, sent = b"", 0
+
+        while True:
+            if counting and self.fatal and sent < len(line):
+                ready, _, _ = select.select([read_fd], [], [], 0.1)
+                if not ready:  # a partial line that stays partial: show it
+                    forward(line[sent:])
+                    sent = len(line)
+                    continue
+            try:
+                chunk = os.read(read_fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            if not counting:
+                forward(chunk)
+                continue
+            pending += chunk
+            end = pending.find(_SENTINEL)
+            if end >= 0:
+                take(pending[:end])
+                if line:
+                    self.feed(line.decode("utf-8", "replace"))
+                    forward(line[sent:])
+                counting = False
+                self._drained.set()
+                forward(pending[end + len(_SENTINEL) :])
+                pending = b""
+                continue
+            keep = _sentinel_prefix(pending)
+            take(pending[: len(pending) - keep])
+            pending = pending[len(pending) - keep :]
+        take(pending)
+        if counting and line:
+            forward(line[sent:])
+        self._drained.set()
+        for fd in (read_fd, out_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _sentinel_prefix(data: bytes) -> int:
+    """Length of the longest end of ``data`` that begins the sentinel (kept back until more arrives)."""
+    for size in range(min(len(_SENTINEL) - 1, len(data)), 0, -1):
+        if data.endswith(_SENTINEL[:size]):
+            return size
+    return 0
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write everything; False when the descriptor is gone (the rest is then dropped, never blocked on)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError:
+            return False
+    return True
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _raise_in_thread(thread_id: int | None, exc_type: type[BaseException] | None) -> None:
+    """Have ``thread_id`` raise ``exc_type`` at its next Python instruction (None: cancel that)."""
+    if thread_id is None:
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type is not None else None
+    )
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _internal(frame: FrameType) -> bool:
+    """Frames that are not "where the run was": torch's own, this module's, threading's, and those of
+    modules that hide themselves from tracebacks (``__tracebackhide__``, pytest's convention)."""
+    filename = frame.f_code.co_filename
+    return (
+        filename in (__file__, threading.__file__)
+        or filename.startswith(_TORCH_DIR)
+        or bool(frame.f_globals.get("__tracebackhide__"))
+    )
+
+
+def main_thread_location(thread_id: int | None) -> str:
+    """``file:line in function`` of the innermost frame of ``thread_id`` outside torch (where the run was)."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    innermost = frame
+    while frame is not None and _internal(frame):
+        frame = frame.f_back
+    frame = frame or innermost
+    if frame is None:
+        return "unknown"
+    return f"{_short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _short_path(filename: str) -> str:
+    """A path relative to the working folder or to the sys.path entry it was imported from."""
+    roots = sorted({os.getcwd(), *(p for p in sys.path if p)}, key=len, reverse=True)
+    for root in roots:
+        prefix = os.path.join(os.path.abspath(root), "")
+        if filename.startswith(prefix):
+            return filename[len(prefix) :]
+    return filename
