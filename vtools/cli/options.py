@@ -55,6 +55,13 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
         "with a GradScaler (default: auto)",
     )
     group.add_argument(
+        "--device-settings",
+        action="store_true",
+        default=False,
+        help="apply the backend's settings for changing input shapes (npu: jit_compile off, so a new shape does "
+        "not recompile operators); python -m vtools env --check lists them",
+    )
+    group.add_argument(
         "--threads",
         type=int,
         default=None,

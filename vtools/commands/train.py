@@ -174,6 +174,8 @@ def run_training(
             f"distilling from {args.kd_model_name} (logit, temperature {args.kd_temperature}, task weight "
             f"{parts.task.task_loss_weight:g}, distillation weight {parts.task.distill_loss_weight:g})"
         )
+    for note in runtime.notes:
+        say(f"device: {note}")
     say(f"cpu budget: {runtime.budget.describe()}")
     if resume_state is None:
         say(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))

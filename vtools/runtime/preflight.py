@@ -130,7 +130,7 @@ def auto_fell_back(spec: str) -> list[Finding]:
 
 
 def backend_version(kind: dev.DeviceKind) -> list[Finding]:
-    """The backend package must be the release built for this torch (torch_npu X.Y.Z needs torch X.Y.Z);
+    """The backend package must be the release built for this torch (the npu package X.Y.Z needs torch X.Y.Z);
     the toolkit version (CANN) is noted where the package reports it."""
     if not kind.package or not kind.pairs_torch_version:
         return []
