@@ -1,0 +1,183 @@
+"""``python -m vtools parity MODEL --device npu --against cpu``: does a device compute what another does?
+
+The same weights (a timm name at random init, or --pretrained; a model folder; --checkpoint) and the
+same batch (images from --data through the model's eval preprocessing, else a seeded random batch) run
+--steps SGD training steps on both devices: forward, loss, backward, update. Every leaf module's
+output, the loss, every parameter's gradient and updated value are compared, and the first one out of
+tolerance, in the order the run produced them, is named:
+
+    parity: FAIL at layer1.0.conv1 (Conv2d): max rel err 0.01 > tol 0.0001 (activation; ...)
+
+exit 3; ``parity: pass (...)`` exits 0. The error of a tensor is max|a - b| / (max|b| + 1e-12), b the
+reference's (vtools/observe/parity.py). --amp runs the device under its AMP policy against fp32 on the
+reference, with tolerances for the dtype; --tol and --grad-tol override. Both sides run contiguous tensors;
+--channels-last puts the device side in channels_last. --results-file writes the per-layer table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from vtools.atomic import check_writable
+from vtools.cli.options import (
+    add_device_args,
+    add_model_args,
+    add_preprocess_args,
+    preprocess_overrides,
+    timm_model_kwargs,
+)
+from vtools.cli.parser import OneLineParser, check_values
+from vtools.data.readers.folder import find_images
+from vtools.data.transforms import data_config_for
+from vtools.deploy.export import check_images
+from vtools.errors import RunFailed, UsageError
+from vtools.models.create import create_model
+from vtools.observe import parity
+from vtools.results import write_rows
+from vtools.runtime.amp import resolve_amp
+from vtools.runtime.device import resolve_device, seed_everything
+from vtools.runtime.distributed import refuse_torchrun
+from vtools.runtime.resolve import setup_runtime
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="python -m vtools parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "model_name", nargs="?", default=None, metavar="MODEL", help="timm name, hf-hub:..., or model folder"
+    )
+    group = parser.add_argument_group("parity")
+    group.add_argument("--against", default="cpu", metavar="SPEC", help="the reference device (default: cpu)")
+    group.add_argument(
+        "--data", default=None, metavar="DIR", help="real images for the batch (default: a seeded random batch)"
+    )
+    group.add_argument("--batch-size", "-b", type=int, default=8, metavar="N", help="batch size (default: 8)")
+    group.add_argument(
+        "--steps", type=int, default=1, metavar="N", help="training steps compared (SGD, momentum 0.9) (default: 1)"
+    )
+    group.add_argument("--lr", type=float, default=0.01, help="SGD learning rate of the steps (default: 0.01)")
+    group.add_argument("--seed", type=int, default=42, metavar="S", help="seed of weights, batch and targets")
+    group.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="allowed max relative error of each activation and the loss (default: by the device's compute dtype: "
+        + ", ".join(f"{name} {values[0]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
+        + ")",
+    )
+    group.add_argument(
+        "--grad-tol",
+        type=float,
+        default=None,
+        help="allowed max relative error of each gradient and updated weight (default: "
+        + ", ".join(f"{name} {values[1]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
+        + ")",
+    )
+    group.add_argument("--results-file", default="", metavar="PATH", help="write the per-layer table here")
+    group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_device_args(parser)
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    check_values(args)
+    if args.model_name and args.model and args.model_name != args.model:
+        raise UsageError(f"two models given: {args.model_name} and --model {args.model}")
+    args.model = args.model_name or args.model
+    if not args.model:
+        raise UsageError("give the model: MODEL (a timm name, hf-hub:..., or a model folder)")
+    for name in ("steps", "batch_size"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(args, name)}")
+    for name in ("tol", "grad_tol"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
+    if args.lr < 0:
+        raise UsageError(f"--lr must be 0 or more, got {args.lr}")
+    refused = {
+        "--torchcompile": args.torchcompile,
+        "--model-dtype": args.model_dtype,
+        "--profile": args.profile,
+    }
+    for flag, value in refused.items():
+        if value:
+            raise UsageError(f"{flag}: parity compares eager fp32 (or --amp) layer by layer; run it without {flag}")
+    if args.data:
+        find_images(args.data)  # a bad --data fails before any model is built
+    if args.results_file:
+        check_writable(args.results_file, "--results-file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    refuse_torchrun("python -m vtools parity")
+    check_args(args)
+    runtime = setup_runtime(args)  # --device, its AMP policy, the cpu budget
+    reference = resolve_device(args.against, args.device_modules or ())
+    reference_amp = resolve_amp(reference, False)
+    tols = parity.default_tolerances(runtime.amp.dtype_name, args.tol, args.grad_tol)
+    # both sides at full fp32 where torch's generic switch reaches (it undoes TF32 matmuls on CUDA)
+    torch.set_float32_matmul_precision("highest")
+    seed_everything(args.seed)
+    model = create_model(
+        args.model,
+        pretrained=args.pretrained,
+        num_classes=args.num_classes,
+        in_chans=args.in_chans,
+        model_kwargs=timm_model_kwargs(args),
+        checkpoint=args.checkpoint or None,
+        use_ema=args.use_ema,
+    )
+    data_config = data_config_for(model, preprocess_overrides(args))
+    if args.data:
+        images = check_images(args.data, data_config, args.batch_size)
+        batch_words = f"{len(images)} images from {args.data}"
+    else:
+        generator = torch.Generator().manual_seed(args.seed)
+        images = torch.randn((args.batch_size, *data_config["input_size"]), generator=generator)
+        batch_words = f"a random batch of {len(images)}"
+    targets = torch.randint(0, 1 << 30, (len(images),), generator=torch.Generator().manual_seed(args.seed + 1))
+    layout = ", channels_last" if args.channels_last else ""
+    print(
+        f"parity: {args.model} on {runtime.device} ({runtime.amp.dtype_name}{layout}) against {reference} (float32), "
+        f"{batch_words} at {tuple(data_config['input_size'])}, {args.steps} step(s); tolerance "
+        f"{tols['forward']:g} (activations), {tols['backward']:g} (gradients)",
+        flush=True,
+    )
+    traces = []
+    sides = ((reference, reference_amp, False), (runtime.device, runtime.amp, bool(args.channels_last)))
+    for device, amp, channels_last in sides:
+        try:
+            traces.append(
+                parity.run_side(
+                    model,
+                    images,
+                    targets,
+                    device,
+                    amp,
+                    args.steps,
+                    args.lr,
+                    channels_last=channels_last,
+                    seed=args.seed,
+                )
+            )
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RunFailed(f"the model failed on {device}: {first}") from None
+    entries = parity.compare(traces[0], traces[1], tols)
+    if args.results_file:
+        rows = [{**entry.row(), "device": str(runtime.device), "against": str(reference)} for entry in entries]
+        write_rows(args.results_file, rows, args.results_format)
+        print(f"per-layer table: {args.results_file} ({len(rows)} rows)")
+    print(parity.verdict(entries, args.steps))
+    sys.stdout.flush()
+    if parity.first_failure(entries) is not None:
+        raise RunFailed(f"{runtime.device} differs from {reference} beyond tolerance (the verdict above)")
+    return 0
