@@ -111,7 +111,9 @@ def _parse(command: str, argv: list[str]) -> bool:
             argv = argv[: index - 1] + argv[index + 1 :]
         parse_with_config(build_parser(), argv)
         return True
-    module = {"validate": "validate", "infer": "infer", "bench": "bench", "export": "export"}.get(command)
+    module = {"validate": "validate", "infer": "infer", "bench": "bench", "export": "export", "parity": "parity"}.get(
+        command
+    )
     if module is None:  # env, shards, plot: no parser to call without running them
         return False
     build_parser = importlib.import_module(f"vtools.commands.{module}").build_parser

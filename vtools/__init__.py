@@ -12,7 +12,7 @@ The packages are layers; a module imports from its own layer and the ones below,
     data/         decoding, datasets, loaders, sampling, readers/ (one per source kind), shard writer
     evaluation/   the evaluation and prediction loops
     train/        the training loop, recipe, checkpoints, resume, run folder lock
-    deploy/ observe/   ONNX export; curves, profiling, environment report
+    deploy/ observe/   ONNX export; curves, profiling, environment report, cpu fallbacks, parity
     bench/        throughput measurement and its plain baseline
     commands/     one module per command, named as the command
 
