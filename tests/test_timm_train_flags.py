@@ -178,7 +178,9 @@ def _share_bn(rank: int, port: int, mode: str, sync_bn: bool, out: str) -> None:
 
 
 @pytest.mark.slow  # two processes per case
-@pytest.mark.cpu_only(reason="gloo process groups run on cpu; the emulated npu registers no collective backend")
+@pytest.mark.cpu_only(
+    reason="distribute_bn is device-agnostic c10d; 2-rank npu runs (emulated hccl, --dist-bn reduce): test_train.py"
+)
 @pytest.mark.parametrize(
     "mode, sync_bn, mean, var",
     [
