@@ -118,3 +118,34 @@ def test_findings_are_data_not_branches() -> None:
     plain = DeviceKind("newdev", visible_env="NEWDEV_VISIBLE")
     assert preflight.visible_devices(plain) == [] and preflight.backend_version(plain) == []
     assert preflight.settings(plain) == []
+
+
+def test_a_leftover_process_holding_the_device_is_named(tmp_path: Path) -> None:
+    """Another process with device 0's node open (an earlier job that never ended) is named with its pid;
+    device 1's node, held by nobody, gives no finding."""
+    import subprocess
+    import sys
+    import time
+
+    from vtools.runtime.device import DeviceKind
+
+    for index in (0, 1):
+        (tmp_path / f"davinci{index}").write_text("")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"f = open({str(tmp_path / 'davinci0')!r}); print('ready', flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        kind = DeviceKind("npu", device_file=str(tmp_path / "davinci{}"))
+        held = preflight.leftover_processes(kind, 0)
+        assert len(held) == 1 and held[0].severity == "warning"
+        assert f"pid {holder.pid} (" in held[0].text and "is held by" in held[0].text
+        assert preflight.leftover_processes(kind, 1) == []
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    time.sleep(0.1)
+    assert preflight.leftover_processes(kind, 0) == []

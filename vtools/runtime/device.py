@@ -59,6 +59,8 @@ class DeviceKind:
     toolkit_version: str | None = None
     # performance variables: (name, recommended value, what it does), reported when they differ
     recommended_env: tuple[tuple[str, str, str], ...] = ()
+    # the device node a process opens to use device N ("/dev/davinci{}"): who else holds ours is a leftover job
+    device_file: str | None = None
     # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
     # under torch.<type>
     runtime_settings: tuple[tuple[str, str, Any], ...] = ()
@@ -92,6 +94,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             pinned_host_memory=True,
             channels_last=True,
             install_hint="install a CUDA (or ROCm) build of torch",
+            device_file="/dev/nvidia{}",
             profiler_activity="CUDA",
             fused_optimizer=True,
             # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
@@ -111,6 +114,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             "(torch_npu X.Y.Z requires torch X.Y.Z)",
             numeric_visible_ids=True,
             pairs_torch_version=True,
+            device_file="/dev/davinci{}",
             toolkit_version="torch_npu.utils.get_cann_version",
             recommended_env=(
                 ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),

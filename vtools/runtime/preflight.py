@@ -51,7 +51,8 @@ def after_device(device: torch.device, spec: str) -> list[Finding]:
     if device.type == "cpu":
         return auto_fell_back(spec)
     kind = dev.kind_of(device.type)
-    return [*backend_version(kind), *chip(device), *settings(kind)]
+    held = leftover_processes(kind, device.index or 0)
+    return [*backend_version(kind), *chip(device), *held, *settings(kind)]
 
 
 def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
@@ -127,6 +128,44 @@ def auto_fell_back(spec: str) -> list[Finding]:
                 )
             ]
     return []
+
+
+def leftover_processes(kind: dev.DeviceKind, index: int) -> list[Finding]:
+    """Other processes holding this device's node open: an earlier job that never ended keeps its memory
+    (and on Ascend its HCCL ports), and the new run fails or crawls. Read from /proc, as far as this user
+    may see; each rank checks only its own device, so torchrun's other ranks never count."""
+    if not kind.device_file:
+        return []
+    node = os.path.realpath(kind.device_file.format(index))
+    if not os.path.exists(node) or not os.path.isdir("/proc"):
+        return []
+    holders = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(fd.path) for fd in os.scandir(f"{entry.path}/fd")]
+        except OSError:  # another user's process, or one that just ended
+            continue
+        if node in links:
+            holders.append(f"pid {entry.name} ({_command_line(entry.path)})")
+    if not holders:
+        return []
+    return [
+        Finding(
+            "warning",
+            f"{kind.type}:{index} ({node}) is held by {', '.join(holders[:3])}: an earlier job still running? "
+            "stop it, or pick another device",
+        )
+    ]
+
+
+def _command_line(proc_dir: str) -> str:
+    try:
+        with open(f"{proc_dir}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80] or "?"
+    except OSError:
+        return "?"
 
 
 def backend_version(kind: dev.DeviceKind) -> list[Finding]:

@@ -36,7 +36,11 @@ def setup_runtime(args: argparse.Namespace) -> Runtime:
     device = resolve_device(args.device, args.device_modules or ())
     findings = preflight.after_device(device, args.device)
     stop_on_errors(findings)
-    notes = [finding.text for finding in findings if finding.severity == "note" and "recommended" not in finding.text]
+    notes = [
+        finding.text if finding.severity == "note" else f"{finding.severity}: {finding.text}"
+        for finding in findings
+        if "recommended" not in finding.text
+    ]
     if getattr(args, "device_settings", False):
         notes += [f"applied {setting}" for setting in preflight.apply_settings(device)]
     apply_tuning(device)
