@@ -66,6 +66,8 @@ def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
     if any(not entry.isdigit() for entry in entries):
         return [Finding("error", f"{name}: device ids must be integers, e.g. {kind.visible_env}=0,1,2,3")]
     ids = [int(entry) for entry in entries]
+    if not ids:  # every device hidden: resolving the device says so, naming the variable
+        return []
     if len(set(ids)) != len(ids):
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         return [Finding("error", f"{name} names device {repeated[0]} twice: list each device once")]
@@ -77,8 +79,8 @@ def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
                 f"as unavailable): list them ascending, {kind.visible_env}={','.join(map(str, sorted(ids)))}",
             )
         ]
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if local > len(ids):
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # set by torchrun (and for srun, by us)
+    if local > 1 and local > len(ids):
         return [
             Finding(
                 "error",
