@@ -53,7 +53,7 @@ def test_a_users_own_config_in_the_run_folder_is_never_deleted_or_overwritten(fa
     assert proc.returncode == 0, proc.stderr
     assert own.read_text() == text, "the user's config.yaml was written over"
     resolved = (folder / "args.yaml").read_text()
-    assert "data-dir:" in resolved and str(fashion4) in resolved
+    assert "data_dir:" in resolved and str(fashion4) in resolved
     assert f"{own} was not written by a vtools run" in proc.stdout
     assert (folder / "model" / "model.safetensors").is_file()
 
