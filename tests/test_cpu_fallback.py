@@ -90,10 +90,16 @@ def test_the_numeric_fault_makes_one_operator_slightly_wrong() -> None:
 
 @pytest.mark.npu_only(reason="VTOOLS_EMU_NPU_CHIP is the emulated npu's")
 def test_the_chip_name_as_torch_npu_reports_it() -> None:
+    chips = (("910A", "Ascend910A False"), ("910B", "Ascend910B1 True"), ("910B3", "Ascend910B3 True"))
+    each = (
+        "import os, torch, tests.emulated_npu\n"
+        f"for chip in {[chip for chip, _ in chips]!r}:\n"
+        "    os.environ['VTOOLS_EMU_NPU_CHIP'] = chip\n"
+        "    print(torch.npu.get_device_name(0), torch.npu.is_bf16_supported())\n"
+    )
+    proc = run_script(["-c", each])  # the chip is read at each call: one process for every chip
+    assert proc.stdout.splitlines() == [expected for _, expected in chips], proc.stderr
     code = "import torch, tests.emulated_npu\nprint(torch.npu.get_device_name(0), torch.npu.is_bf16_supported())\n"
-    for chip, expected in (("910A", "Ascend910A False"), ("910B", "Ascend910B1 True"), ("910B3", "Ascend910B3 True")):
-        proc = run_script(["-c", code], env={"VTOOLS_EMU_NPU_CHIP": chip})
-        assert proc.stdout.strip() == expected, proc.stderr
     proc = run_script(["-c", code], env={"VTOOLS_EMU_NPU_CHIP": "910C"})
     assert proc.returncode != 0 and "VTOOLS_EMU_NPU_CHIP must be one of" in proc.stderr
     proc = run_script(["-c", code], env={"VTOOLS_EMU_NPU_FALLBACK_OPS": "aten::linear"})

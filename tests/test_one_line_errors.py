@@ -357,9 +357,7 @@ TRAINING_FLAGS = [
     ("epochz", ["--epochz", "3"], "did you mean --epochs?"),
     ("val-interval-0", ["--val-interval", "0"], "--val-interval must be a positive integer"),
     ("naflex", ["--naflex-loader"], "--naflex-loader: variable-resolution and NaFlex batches need"),
-    ("wandb", ["--log-wandb"], "--log-wandb: Weights & Biases logging is not built in; use --log-tensorboard"),
     ("scale-one-value", ["--scale", "0.5"], "--scale takes two values, low and high, got 0.5"),
-    ("kd-feature", ["--kd-distill-type", "feature"], "--kd-distill-type feature: feature and token distillation"),
 ]
 
 YAML_VALUES = [  # data-dir, then the line: line numbers count data-dir as line 1
