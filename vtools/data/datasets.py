@@ -16,6 +16,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from vtools.data.decode import BadSample, RawSample, open_image
+from vtools.data.train_augment import FusedTrainAugment
 
 
 class SampleStore(Protocol):
@@ -52,7 +53,9 @@ class DecodedImages(Dataset):
     With ``keep_bytes``, each process keeps the images it decoded (before the random transform) while
     they fit in that many bytes, and later epochs transform the kept image instead of reading and
     decoding the file again. A set that does not fit is not kept at all: random access would hit a
-    partial store too rarely to pay for its memory.
+    partial store too rarely to pay for its memory. The fused training augmentation
+    (:class:`~vtools.data.train_augment.FusedTrainAugment`) decodes only what its crop needs when
+    nothing is kept.
     """
 
     def __init__(self, samples: SampleStore, transform: Callable, mode: str, keep_bytes: int = 0) -> None:
@@ -73,7 +76,10 @@ class DecodedImages(Dataset):
         raw = self.samples.locate(index)
         if isinstance(raw, BadSample):
             return raw, -1, index
-        image = open_image(raw.image, self.mode, raw.name)
+        fused = self.transform if isinstance(self.transform, FusedTrainAugment) else None
+        if fused is not None and not self.keep_bytes:  # nothing to keep: decode only what the crop needs
+            return fused.from_source(raw.image, raw.name), raw.label, index
+        image = fused.decode(raw.image, raw.name) if fused else open_image(raw.image, self.mode, raw.name)
         if isinstance(image, BadSample):
             return image, raw.label, index
         self._keep(index, image, raw.label)

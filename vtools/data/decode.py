@@ -39,17 +39,28 @@ class BadSample:
     replaced: bool = False
 
 
-def open_image(source: str | os.PathLike | bytes, mode: str, name: str | None = None) -> Image.Image | BadSample:
+def open_image(
+    source: str | os.PathLike | bytes,
+    mode: str,
+    name: str | None = None,
+    gray_as_is: bool = False,
+    before_load: Callable[[Image.Image], None] | None = None,
+) -> Image.Image | BadSample:
     """Decode an image (a file, or the bytes of one read from a shard or a table) fully, so truncation
     is caught here, or describe why not. A decompression bomb (more pixels than PIL's limit) is a bad
     image, and so is a float image, which has no 8-bit meaning; 16-bit images are scaled to 8 bits
-    rather than clipped."""
+    rather than clipped. An image already in ``mode`` is not copied; with ``gray_as_is`` a grayscale one
+    stays one channel (the caller broadcasts it). ``before_load`` sees the opened image before its pixels
+    are decoded (its size and format are known then: a caller may ask for a reduced-scale decode)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as img:
+                if before_load is not None:
+                    before_load(img)
                 img.load()
-                return _to_8_bit(img).convert(mode)
+                img = _to_8_bit(img)
+                return img if img.mode == mode or (gray_as_is and img.mode == "L") else img.convert(mode)
     except (
         OSError,
         UnidentifiedImageError,

@@ -2,7 +2,8 @@
 
 Workers return uint8 tensors (4x smaller than float32 to pin and copy);
 :class:`DeviceLoader` moves each batch to the device, converts and normalizes it
-there, and prefetches the next batch on a side stream where the backend has
+there (and applies the training colour jitter the workers drew, when they did),
+and prefetches the next batch on a side stream where the backend has
 streams. Loader workers leave SIGINT/SIGTERM to the main process, and the first
 loader with workers registers the exit hook that stops them.
 """
@@ -15,29 +16,36 @@ import multiprocessing.util  # noqa: F401  (its exit handler must be registered 
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vtools.data import color_jitter
 from vtools.data.decode import BadSample
+from vtools.data.train_augment import AugmentedImage
 from vtools.runtime import device as dev
 from vtools.runtime.cpu_budget import plan, usable_cores
 
 
 @dataclass
 class Batch:
-    """A collated batch: uint8 images, labels, dataset indices, and any images that failed."""
+    """A collated batch: uint8 images, labels, dataset indices, and any images that failed. Images from
+    the fused training augmentation come channels-last (``hwc``: N x H x W x C) with each image's colour
+    jitter parameters (``jitter``, on the host) for the device to apply."""
 
     images: torch.Tensor
     targets: torch.Tensor
     indices: torch.Tensor
     bad: list[BadSample] = field(default_factory=list)
+    hwc: bool = False
+    jitter: torch.Tensor | None = None
 
     def pin_memory(self) -> Batch:
         """Called by DataLoader's pin-memory thread."""
-        return Batch(self.images.pin_memory(), self.targets.pin_memory(), self.indices, self.bad)
+        return replace(self, images=self.images.pin_memory(), targets=self.targets.pin_memory())
 
 
 def collate(items: list[tuple[Any, ...]]) -> Batch:
@@ -46,13 +54,34 @@ def collate(items: list[tuple[Any, ...]]) -> Batch:
     good = [item for item in items if not isinstance(item[0], BadSample)]
     bad = [item[0] for item in items if isinstance(item[0], BadSample)]
     bad += [record for item in items if len(item) > 3 for record in item[3]]
+    targets = torch.tensor([item[1] for item in good], dtype=torch.int64)
+    indices = torch.tensor([item[2] for item in good], dtype=torch.int64)
+    if good and isinstance(good[0][0], AugmentedImage):
+        images, jitter = _stack_augmented([item[0] for item in good])
+        return Batch(images, targets, indices, bad, hwc=True, jitter=jitter)
     if good:
         images = torch.stack([torch.as_tensor(item[0]) for item in good])
     else:
         images = torch.empty(0, dtype=torch.uint8)
-    targets = torch.tensor([item[1] for item in good], dtype=torch.int64)
-    indices = torch.tensor([item[2] for item in good], dtype=torch.int64)
     return Batch(images, targets, indices, bad)
+
+
+def _stack_augmented(images: list[AugmentedImage]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One N x H x W x C uint8 batch, each image flipped by a reversed view and a grayscale one broadcast
+    to every channel as it is copied in; the jitter parameters stacked beside it."""
+    height, width = images[0].pixels.shape[:2]
+    batch = torch.empty((len(images), height, width, images[0].channels), dtype=torch.uint8)
+    slots = batch.numpy()
+    for slot, image in zip(slots, images):
+        pixels = image.pixels
+        if image.hflip:
+            pixels = pixels[:, ::-1]
+        if image.vflip:
+            pixels = pixels[::-1]
+        slot[...] = pixels
+    if images[0].jitter is None:
+        return batch, None
+    return batch, torch.from_numpy(np.stack([image.jitter for image in images]))
 
 
 def leave_signals_to_main(worker_id: int) -> None:
@@ -177,9 +206,14 @@ class DeviceLoader:
         images = batch.images.to(self.device, non_blocking=self.non_blocking)
         targets = batch.targets.to(self.device, non_blocking=self.non_blocking)
         if images.numel():
-            images = images.float().div_(255).sub_(self.mean).div_(self.std)
-            if self.channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
+            if batch.hwc:  # NCHW view of the channels-last batch: no copy
+                images = images.permute(0, 3, 1, 2)
+            images = images.float()
+            if batch.jitter is not None:
+                images = color_jitter.apply(images, batch.jitter)
+            images = images.div_(255).sub_(self.mean).div_(self.std)
+            layout = torch.channels_last if self.channels_last else torch.contiguous_format
+            images = images.contiguous(memory_format=layout)
             if self.batch_transform is not None:
                 images = self.batch_transform(images)
             if self.dtype is not None:

@@ -20,6 +20,7 @@ from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
 from vtools.data.readers.folder import read_class_map, resolve_split_dir
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.sampling import EpochSampler, SeededSamples
+from vtools.data.train_augment import fuse
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
 from vtools.evaluation.model_flags import check_input_mode
@@ -130,8 +131,9 @@ def build_loaders(
     mode = args.input_img_mode or image_mode(data_config)
     check_input_mode(mode, data_config)
     keep = KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
+    augment = recipe.build_train_transform(args, data_config)
     train_set = SeededSamples(
-        train_source.images(recipe.build_train_transform(args, data_config), mode, keep),
+        train_source.images(fuse(augment, mode) or augment, mode, keep),
         args.seed,
         replace_bad=args.on_bad_image == "skip",
     )
