@@ -201,7 +201,9 @@ def test_reparam_is_timms(custom_images: Path, custom_classes: list[str], tmp_pa
     label_of = {name: i for i, name in enumerate(custom_classes)}
     top1, loss = _top1_loss(*_timm_reference(model, custom_images, config, label_of)[:2])
     assert fused["top1"] == pytest.approx(top1, abs=1e-3)
-    assert fused["loss"] == pytest.approx(loss, abs=1e-4)
+    # random weights give a loss near 1e14: float32 rounding of the normalization (timm's prefetcher form
+    # here, ToTensor + Normalize in the reference) shows in its eighth digit
+    assert fused["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-4)
 
 
 @pytest.mark.cpu_only(reason="the data config is resolved on the host")

@@ -175,9 +175,9 @@ class DeviceLoader:
         self.loader = loader
         self.dtype = dtype  # --model-dtype: batches in the model's dtype (normalized in float32 first)
         self.device = device
-        shape = (1, len(mean), 1, 1)
-        self.mean = torch.tensor(mean, dtype=torch.float32).view(shape).to(device)
-        self.std = torch.tensor(std, dtype=torch.float32).view(shape).to(device)
+        shape = (1, len(mean), 1, 1)  # in 0..255 units, as timm's prefetcher: the same float32 results
+        self.mean = torch.tensor([value * 255 for value in mean], dtype=torch.float32).view(shape).to(device)
+        self.std = torch.tensor([value * 255 for value in std], dtype=torch.float32).view(shape).to(device)
         self.channels_last = channels_last
         self.batch_transform = batch_transform
         self.on_bad = on_bad
@@ -208,10 +208,11 @@ class DeviceLoader:
         if images.numel():
             if batch.hwc:  # NCHW view of the channels-last batch: no copy
                 images = images.permute(0, 3, 1, 2)
-            images = images.float()
             if batch.jitter is not None:
-                images = color_jitter.apply(images, batch.jitter)
-            images = images.div_(255).sub_(self.mean).div_(self.std)
+                images = color_jitter.apply(images.float(), batch.jitter).sub_(self.mean)
+            else:  # uint8 minus float32 is float32: converted and centred in one pass over the batch
+                images = torch.sub(images, self.mean)
+            images = images.div_(self.std)
             layout = torch.channels_last if self.channels_last else torch.contiguous_format
             images = images.contiguous(memory_format=layout)
             if self.batch_transform is not None:
