@@ -55,18 +55,21 @@ def on_device(items: list[object], device: torch.device) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("mode", ["RGB", "L"])
-def test_same_pixels_as_timm_for_the_same_seeds(device: torch.device, mode: str) -> None:
+@pytest.mark.parametrize(("size", "on_host"), [(24, False), (24, True), (96, True)])
+def test_same_pixels_as_timm_for_the_same_seeds(device: torch.device, mode: str, size: int, on_host: bool) -> None:
     """Crop box, interpolation, flips and colour jitter drawn and applied as timm does: equal uint8 images,
-    for a grayscale photo read as RGB (one channel until the batch) and for a colour one."""
-    images = {"RGB": photo(61, 47), "L": Image.open(SNEAKER)}
+    for a grayscale photo read as RGB (one channel until the batch) and for a colour one; with the jitter
+    on the device (accelerators; small images on a host device) and in the worker (large ones there)."""
+    images = {"RGB": photo(161, 127), "L": Image.open(SNEAKER)}
     image = images[mode]
-    reference = timm_train(24)
-    fused = fuse(reference, "RGB")
+    reference = timm_train(size)
+    fused = fuse(reference, "RGB", computes_on_host=on_host)
     assert isinstance(fused, FusedTrainAugment)
-    seeds = range(24)
+    assert fused.device_jitter == (not on_host or size <= 64), "the measured rule: above 64 px on a host device"
+    seeds = range(16)
     ours = on_device([seeded(seed, lambda: fused(image)) for seed in seeds], device)
     theirs = torch.stack([seeded(seed, lambda: reference(image.convert("RGB"))) for seed in seeds]).float()
-    assert ours.shape == theirs.shape == (24, 3, 24, 24)
+    assert ours.shape == theirs.shape == (16, 3, size, size)
     assert torch.equal(ours, theirs)
 
 

@@ -11,7 +11,9 @@ timm's transforms do:
 - an image already in the model's mode is not converted (a copy), and a grayscale one stays one
   channel until the copy into the batch broadcasts it;
 - flips happen in that copy (a reversed view), and colour jitter on the device
-  (:mod:`vtools.data.color_jitter`), each image with its drawn parameters;
+  (:mod:`vtools.data.color_jitter`), each image with its drawn parameters; except where the device is
+  the host's own cores and the images are large, where PIL's 8-bit jitter in the workers costs less
+  (:func:`jitter_on_device`);
 - the batch travels channels-last (N x H x W x C uint8), which the device reads as NCHW without a copy.
 
 Any other recipe (auto-augment, blur, grayscale, hue jitter, another crop mode) keeps timm's transform.
@@ -36,6 +38,16 @@ from vtools.data.decode import BadSample, open_image
 
 REDUCTIONS = (8, 4, 2)  # the scales libjpeg decodes at besides 1, largest first
 
+# On one core, timm's jitter costs per image in PIL / batched in float32 torch: 0.19 / 0.04 ms at 32 px,
+# 0.27 / 0.17 at 64 px, 0.31 / 0.69 at 96 px, 0.83 / 2.78 at 224 px (docs/performance.md)
+HOST_JITTER_MAX_SIDE = 64
+
+
+def jitter_on_device(computes_on_host: bool, size: tuple[int, int]) -> bool:
+    """Whether the device applies the colour jitter: always on an accelerator (the host does none of
+    it); on the host's own cores only for images up to HOST_JITTER_MAX_SIDE, where batching wins."""
+    return not computes_on_host or max(size) <= HOST_JITTER_MAX_SIDE
+
 
 @dataclass
 class AugmentedImage:
@@ -59,11 +71,13 @@ class FusedTrainAugment:
         flips: list[RandomHorizontalFlip | RandomVerticalFlip],
         jitter: ColorJitter | None,
         mode: str,
+        device_jitter: bool = True,
     ) -> None:
         self.crop = crop
         self.flips = flips
         self.jitter = jitter
         self.mode = mode
+        self.device_jitter = device_jitter
         self.channels = len(Image.new(mode, (1, 1)).getbands())
         self.reduced_decodes = 0
 
@@ -109,7 +123,8 @@ class FusedTrainAugment:
 
             interpolation = random.choice(interpolation)
         flipped = [bool(torch.rand(1) < flip.p) for flip in self.flips]
-        jitter = color_jitter.draw_params(self.jitter) if self.jitter is not None else None
+        device_jitter = self.jitter is not None and self.device_jitter
+        jitter = color_jitter.draw_params(self.jitter) if device_jitter else None
         return box, interpolation, image.size, flipped, jitter
 
     def _usable(self, image: Image.Image) -> Image.Image:
@@ -127,14 +142,16 @@ class FusedTrainAugment:
         jitter: np.ndarray | None,
     ) -> AugmentedImage:
         top, left, height, width = box
-        if image.size == full_size:  # decoded in full: timm's own crop and resize, the same pixels
-            image = F.resized_crop(image, top, left, height, width, list(self.crop.size), interpolation)
+        resample = F.pil_modes_mapping[interpolation]
+        if image.size == full_size:  # decoded in full: timm's crop, then resize (torchvision's PIL calls)
+            image = image.crop((left, top, left + width, top + height)).resize(self.crop.size[::-1], resample)
         else:  # decoded at reduced scale: the same region of the smaller image
             self.reduced_decodes += 1
             scale_x, scale_y = image.size[0] / full_size[0], image.size[1] / full_size[1]
             region = (left * scale_x, top * scale_y, (left + width) * scale_x, (top + height) * scale_y)
-            resample = F.pil_modes_mapping[interpolation]
             image = image.resize(self.crop.size[::-1], resample, box=region)
+        if self.jitter is not None and not self.device_jitter:  # timm's own, drawn last as in timm
+            image = self.jitter(image)
         pixels = np.asarray(image)
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
@@ -143,9 +160,10 @@ class FusedTrainAugment:
         return AugmentedImage(pixels, self.channels, hflip, vflip, jitter)
 
 
-def fuse(transform: Any, mode: str) -> FusedTrainAugment | None:
+def fuse(transform: Any, mode: str, computes_on_host: bool = False) -> FusedTrainAugment | None:
     """The fused form of timm's training ``transform`` (built with use_prefetcher=True) when it is the
-    usual recipe and images are read as RGB or L; None when it holds anything else."""
+    usual recipe and images are read as RGB or L; None when it holds anything else. ``computes_on_host``:
+    the device is the host's cores (where the jitter goes: :func:`jitter_on_device`)."""
     if mode not in ("RGB", "L") or not isinstance(transform, Compose):
         return None
     steps = list(transform.transforms)
@@ -159,4 +177,5 @@ def fuse(transform: Any, mode: str) -> FusedTrainAugment | None:
     jitter = rest[0] if rest else None
     if jitter is not None and (type(jitter) is not ColorJitter or not color_jitter.can_apply(jitter)):
         return None
-    return FusedTrainAugment(steps[0], flips, jitter, mode)
+    device_jitter = jitter_on_device(computes_on_host, steps[0].size)
+    return FusedTrainAugment(steps[0], flips, jitter, mode, device_jitter)

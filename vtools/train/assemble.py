@@ -26,6 +26,7 @@ from vtools.errors import UsageError
 from vtools.evaluation.model_flags import check_input_mode
 from vtools.models.create import create_model
 from vtools.models.prepare import use_channels_last
+from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
 from vtools.train.loop import TrainComponents
@@ -124,16 +125,18 @@ def build_loaders(
     dist_info: DistInfo,
     workers: int,
     dtype: torch.dtype | None = None,
+    keep_decoded: bool = True,
 ) -> Loaders:
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device
-    (in ``dtype``, --model-dtype, when given)."""
+    (in ``dtype``, --model-dtype, when given). ``keep_decoded=False`` never keeps decoded images for later
+    epochs, as for a set too large to fit (the bench's loader ceiling measures ImageNet's case so)."""
     data_config = data_config_for(model, preprocess_overrides(args))
     mode = args.input_img_mode or image_mode(data_config)
     check_input_mode(mode, data_config)
-    keep = KEEP_TRAINING_BYTES // max(1, workers)  # each loader process keeps what it decodes
+    keep = KEEP_TRAINING_BYTES // max(1, workers) if keep_decoded else 0  # each loader process keeps its own
     augment = recipe.build_train_transform(args, data_config)
     train_set = SeededSamples(
-        train_source.images(fuse(augment, mode) or augment, mode, keep),
+        train_source.images(fuse(augment, mode, kind_of(device.type).computes_on_host) or augment, mode, keep),
         args.seed,
         replace_bad=args.on_bad_image == "skip",
     )
@@ -164,7 +167,7 @@ def build_loaders(
         bad_image_handler(args.on_bad_image, []),
         sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size),
         persistent=True,
-        keep_bytes=KEEP_VALIDATION_BYTES,
+        keep_bytes=KEEP_VALIDATION_BYTES if keep_decoded else 0,
         dtype=dtype,
     )
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
