@@ -21,7 +21,7 @@ from typing import Any
 
 from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
 
-TASKS = ("train", "validate", "inference", "recipe", "decode")
+TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader")
 
 
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -75,7 +75,7 @@ def process_age() -> float:
         return float("nan")
 
 
-def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
     """One figure: the task's real loop (``train_one_epoch``, ``evaluate``, ``predict``) fed by vtools'
     loaders or by synthetic batches, or the plain baseline's own loop."""
     import timm
@@ -87,6 +87,18 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
 
     if task == "decode":
         return measure_decode(source, args)
+    if task == "onepass":
+        from vtools.bench.onepass import measure_model_epoch
+
+        return measure_model_epoch(args)
+    if task == "host-train":  # both loaders in one process, alternated: a list of two rows
+        from vtools.bench.loader_ceiling import measure_host_items
+
+        return measure_host_items(args)
+    if task.startswith("loader-"):
+        from vtools.bench.loader_ceiling import measure_loader
+
+        return measure_loader(mode, task.removeprefix("loader-"), args)
     device = dev.resolve_device(args.device, args.device_modules or ())
     if mode == "baseline":  # the same worker count, none of vtools' thread or allocator settings
         budget = plan(device.type, len(usable_cores()), args.workers)
@@ -329,69 +341,75 @@ def recipe_flags(args: argparse.Namespace, precision: str) -> list[str]:
 
 
 def measure_recipe(args: argparse.Namespace, precision: str, folder: Path) -> list[dict[str, Any]]:
-    """Wall time (start-up included, from launch to exit) and final top-1 of train.py and of the plain
-    loop on the same command line, alternating ``--repeats`` times; each row holds the median.
+    """train.py against the plain loop on the recipe's command line (:func:`whole_runs`)."""
+    flags = recipe_flags(args, precision)
+    commands = {
+        "vtools": [sys.executable, "-m", "vtools", "train", args.data, *flags, "--output", str(folder)],
+        "baseline": [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", args.data, *flags],
+    }
+    row = {"task": "recipe", "amp_dtype": precision, "epochs": args.recipe_epochs, "reference": "plain loop"}
+    return whole_runs(args, commands, folder, _train_images(args.data) * args.recipe_epochs, row)
+
+
+def measure_onepass(args: argparse.Namespace, folder: Path, argv: list[str]) -> list[dict[str, Any]]:
+    """The model alone over one epoch's steps (a child process), then train.py against timm's way on one
+    pass over the folder (:mod:`vtools.bench.onepass`)."""
+    from vtools.bench.onepass import run_commands, split_counts
+
+    model = _run_one("onepass", "model", "folder", argv)
+    model["amp_dtype"] = "float32"
+    train_images, val_images = split_counts(args.data)
+    images = train_images // 128 * 128 + val_images
+    reference = "timm train.py" if args.timm_train else "plain loop"
+    # each script lays out the model by its own default (vtools: by its rule; timm's: NCHW)
+    row = {"task": "onepass", "amp_dtype": "float32", "epochs": 1, "reference": reference, "channels_last": None}
+    return [model, *whole_runs(args, run_commands(args, folder), folder, images, row)]
+
+
+def whole_runs(
+    args: argparse.Namespace, commands: dict[str, list[str]], folder: Path, images: int, row: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Wall time (start-up included, from launch to exit) and final top-1 of each command (each writes
+    ``folder/<mode>``: ``--experiment <mode>``, or ``--output`` for the plain loop), alternating
+    ``--repeats`` times; each row holds the median and ``images`` over it.
 
     Each run's folder is read and deleted before the next run starts, so every run writes its
     checkpoints into the same state of the disk cache instead of after the gigabytes of earlier runs.
     """
-    flags = recipe_flags(args, precision)
-    commands = {
-        "vtools": [
-            sys.executable,
-            "-m",
-            "vtools",
-            "train",
-            args.data,
-            *flags,
-            "--output",
-            str(folder),
-            "--experiment",
-            "vtools",
-        ],
-        "baseline": [
-            sys.executable,
-            "-m",
-            "vtools.bench.plain_loop",
-            "--data-dir",
-            args.data,
-            *flags,
-            "--output",
-            str(folder / "baseline"),
-        ],
-    }
-    walls: dict[str, list[float]] = {"vtools": [], "baseline": []}
+    walls: dict[str, list[float]] = {mode: [] for mode in commands}
     top1: dict[str, float] = {}
     for repeat in range(args.repeats):
         for mode, command in commands.items():
+            if "vtools.bench.plain_loop" in command:
+                command = [*command, "--output", str(folder / mode)]
+            else:
+                command = [*command, "--experiment", mode]
             start = time.perf_counter()
             proc = subprocess.run(command, capture_output=True, text=True)
             walls[mode].append(time.perf_counter() - start)
             if proc.returncode != 0:
                 from vtools.errors import UsageError
 
-                raise UsageError(f"benchmark recipe/{mode} failed: {proc.stderr.strip().splitlines()[-1]}")
-            top1[mode] = _final_top1(folder / mode, mode)
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise UsageError(f"benchmark {row['task']}/{mode} failed: {last}")
+            top1[mode] = _final_top1(folder / mode)
             shutil.rmtree(folder / mode)
             print(
-                f"recipe    {mode:8s} {precision:9s} run {repeat + 1}: {walls[mode][-1]:6.1f} s",
+                f"{row['task']:9s} {mode:8s} {row['amp_dtype']:9s} run {repeat + 1}: {walls[mode][-1]:6.1f} s",
                 file=sys.stderr,
                 flush=True,
             )
-    images = _train_images(args.data) * args.recipe_epochs
     rows = []
     for mode, times in walls.items():
         wall = statistics.median(times)
         rows.append(
             {
-                "task": "recipe",
+                "channels_last": args.channels_last,
+                **row,
                 "mode": mode,
                 "source": "folder",
                 "model": args.model,
-                "amp_dtype": precision,
-                "channels_last": args.channels_last,
                 "batch_size": 128,
-                "epochs": args.recipe_epochs,
                 "wall_s": round(wall, 2),
                 "walls_s": " ".join(f"{t:.1f}" for t in times),
                 "img_per_sec": round(images / wall, 2),
@@ -407,16 +425,17 @@ def _train_images(data: str) -> int:
     return len(find_images(str(resolve_split_dir(data, "train"))))
 
 
-def _final_top1(run: Path, mode: str) -> float:
-    """The last epoch's top-1 of a run: train.py's summary.csv, the plain loop's summary.json."""
-    if mode == "vtools":
+def _final_top1(run: Path) -> float:
+    """The last epoch's top-1 of a run: summary.csv (train.py and timm's train.py), or the plain loop's
+    summary.json."""
+    if (run / "summary.csv").exists():
         with open(run / "summary.csv", encoding="utf-8") as handle:
             return round(float(list(csv.DictReader(handle))[-1]["eval_top1"]), 2)
     rows = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     return round(rows[-1]["top1"], 2)
 
 
-def _run_one(task: str, mode: str, source: str, argv: list[str]) -> dict[str, Any]:
+def _run_one(task: str, mode: str, source: str, argv: list[str]) -> Any:
     command = [sys.executable, "-m", "vtools", "bench", *argv, "--one", task, mode, source]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -430,7 +449,12 @@ def _measurements(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     """(task, mode, source) in the order they run."""
     plan = []
     for task in args.tasks:
-        if task == "recipe":  # whole runs, measured by the parent: measure_recipe
+        if task in ("recipe", "onepass"):  # whole runs, measured by the parent: measure_recipe, measure_onepass
+            continue
+        if task == "loader":
+            kinds = ("loader-train", "loader-val")
+            plan += [(kind, mode, "folder") for kind in kinds for mode in ("vtools", "baseline")]
+            plan.append(("host-train", "both", "folder"))
             continue
         if task == "decode":
             plan += [(task, "vtools", "folder")] + (

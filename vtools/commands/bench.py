@@ -14,7 +14,15 @@ memory belong to that measurement alone), the loop the scripts run: train.py's
 The ``recipe`` task runs whole trainings (start-up to exit) of train.py and of
 a plain timm-style loop (vtools/bench/plain_loop.py) on the same timm flags, per
 precision, alternating ``--repeats`` times, and reports the median wall time
-and the final top-1 of each.
+and the final top-1 of each. The ``onepass`` task does the same for one epoch
+over the whole folder with timm's default augmentation (every image decoded
+once: the workload of an ImageNet epoch), against timm's own train.py when
+``--timm-train`` names it, and measures the model alone over the same steps.
+
+The ``loader`` task measures the loader ceiling: batches finished on the device
+as fast as the host makes them, no model, through train.py's loaders and through
+timm's ``create_loader``, for the training and the validation transforms, on
+ImageNet-sized JPEGs (``--photos``) or on ``--data``.
 
 ``--sources`` runs the ``vtools`` mode on the same images stored as a folder,
 as tar shards (``wds``) and as parquet (``parquet``), converted once for the
@@ -44,6 +52,7 @@ from vtools.bench.measure import (
     _run_one,
     add_ratios,
     measure,
+    measure_onepass,
     measure_recipe,
 )
 
@@ -62,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(TASKS[:4]),
         choices=TASKS,
         help="(default: train validate inference recipe; recipe: whole train.py runs against a "
-        "plain timm-style loop; decode: one core decoding, no model)",
+        "plain timm-style loop; onepass: one epoch over the whole folder against timm's way; loader: "
+        "the loader ceiling, no model; decode: one core decoding, no model)",
     )
     parser.add_argument(
         "--sources",
@@ -109,6 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="recipe task: alternate the two runs N times and report the median (default: 1)",
     )
+    parser.add_argument(
+        "--timm-train",
+        default="",
+        metavar="PATH",
+        help="onepass task: timm's own train.py (from a checkout of timm's scripts) as the reference; "
+        "default: the plain timm-style loop",
+    )
+    parser.add_argument(
+        "--photos",
+        type=int,
+        default=512,
+        metavar="N",
+        help="loader task: N ImageNet-sized JPEGs per split cut from the photos the installed scikit-learn "
+        "and matplotlib wheels ship (default: 512); 0: the images of --data",
+    )
     parser.add_argument("--output", default="", help="write the table here (.csv or .json)")
     parser.add_argument("--one", nargs=3, metavar=("TASK", "MODE", "SOURCE"), help=argparse.SUPPRESS)
     parser.add_argument("--stores", default="", help=argparse.SUPPRESS)  # converted copies, made by the parent
@@ -118,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[2:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.timm_train and not Path(args.timm_train).is_file():
+        from vtools.errors import UsageError
+
+        raise UsageError(f"--timm-train {args.timm_train}: no such file (timm's train.py from a checkout of timm)")
     for flag in ("steps", "batch_size", "recipe_epochs", "repeats"):
         if getattr(args, flag) < 1:
             from vtools.errors import UsageError
@@ -137,17 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="vtools-bench-") as stores:
         _convert_stores(args, Path(stores))
         for task, mode, source in _measurements(args):
-            rows.append(_run_one(task, mode, source, [*argv, "--stores", stores]))
-            wait = rows[-1].get("data_wait")
-            print(
-                f"{task:9s} {mode:8s} {source:9s} {rows[-1]['img_per_sec']:8.1f} img/s"
-                + (f"  data wait {100 * wait:5.1f} %" if wait is not None else ""),
-                file=sys.stderr,
-                flush=True,
-            )
+            data = _photo_data(task, args, Path(stores))
+            measured = _run_one(task, mode, source, [*argv, *data, "--stores", stores])
+            for row in measured if isinstance(measured, list) else [measured]:
+                rows.append(row)
+                wait = row.get("data_wait")
+                print(
+                    f"{task:9s} {row['mode']:8s} {source:9s} {row['img_per_sec']:8.1f} img/s"
+                    + (f"  data wait {100 * wait:5.1f} %" if wait is not None else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
         if "recipe" in args.tasks:
             for precision in args.recipe_precisions:
                 rows += measure_recipe(args, precision, Path(stores) / f"recipe-{precision}")
+        if "onepass" in args.tasks:
+            rows += measure_onepass(args, Path(stores) / "onepass", [*argv, "--stores", stores])
     add_ratios(rows)
     print(
         format_table(
@@ -162,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                 "vs_baseline",
                 "wall_s",
                 "wall_vs_baseline",
+                "img_per_sec_per_core",
+                "reference",
                 "top1",
                 "startup_s",
                 "peak_host_mib",
@@ -175,3 +211,17 @@ def main(argv: list[str] | None = None) -> int:
         write_rows(args.output, rows, "json" if args.output.endswith(".json") else "csv")
         print(f"written to {args.output}")
     return 0
+
+
+def _photo_data(task: str, args: argparse.Namespace, stores: Path) -> list[str]:
+    """``--data`` for a loader measurement: the photo set, made once per bench run (``--photos``)."""
+    if not task.startswith(("loader-", "host-")) or not args.photos:
+        return []
+    folder = stores / "photos"
+    if not folder.exists():
+        from vtools.bench.photos import make_photo_set
+        from vtools.errors import UsageError
+
+        if not make_photo_set(folder, args.photos):
+            raise UsageError("--photos: no photos found (install scikit-learn or matplotlib), or pass --photos 0")
+    return ["--data", str(folder)]
