@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="recipe task: alternate the two runs N times and report the median (default: 1)",
+        help="recipe and onepass tasks: alternate the two runs N times and report the median (default: 1)",
     )
     parser.add_argument(
         "--timm-train",
