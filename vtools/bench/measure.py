@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vtools.bench.onepass import SCHEDULE_FLAGS
 from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
 
 TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader")
@@ -293,38 +294,9 @@ LOOPS = {"train": _train_loop, "validate": _eval_loop, "inference": _eval_loop}
 # timm flags for a short from-scratch run at 32 px; --model, --epochs, --device and the precision flags
 # come from the bench's own options
 RECIPE_FLAGS = (
-    "--img-size",
-    "32",
-    "--crop-pct",
-    "1.0",
-    "--batch-size",
-    "128",
-    "--opt",
-    "sgd",
-    "--lr",
-    "0.1",
-    "--weight-decay",
-    "5e-4",
-    "--sched",
-    "cosine",
-    "--warmup-epochs",
-    "1",
-    "--smoothing",
-    "0.1",
-    "--scale",
-    "0.7",
-    "1.0",
-    "--ratio",
-    "0.9",
-    "1.1",
-    "--color-jitter",
-    "0",
-    "--train-interpolation",
-    "bilinear",
-    "--interpolation",
-    "bilinear",
-    "--seed",
-    "42",
+    *SCHEDULE_FLAGS,
+    *("--warmup-epochs", "1", "--scale", "0.7", "1.0", "--ratio", "0.9", "1.1", "--color-jitter", "0"),
+    *("--train-interpolation", "bilinear", "--interpolation", "bilinear"),
 )
 
 
