@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,9 +119,7 @@ class FusedTrainAugment:
         """Every random choice, made by timm's and torchvision's calls in their order."""
         box = self.crop.get_params(image, self.crop.scale, self.crop.ratio)
         interpolation = self.crop.interpolation
-        if isinstance(interpolation, (tuple, list)):
-            import random
-
+        if isinstance(interpolation, (tuple, list)):  # timm's 'random': Python's RNG, as timm
             interpolation = random.choice(interpolation)
         flipped = [bool(torch.rand(1) < flip.p) for flip in self.flips]
         device_jitter = self.jitter is not None and self.device_jitter
