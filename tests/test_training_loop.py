@@ -86,3 +86,22 @@ def test_resumed_epoch_loss_covers_the_whole_epoch(device: torch.device) -> None
     assert rest.local_samples == 5 * BATCH
     assert rest.loss == pytest.approx(whole.loss, rel=1e-6)
     assert first.loss != pytest.approx(whole.loss, rel=1e-3)  # the halves differ, so the carry matters
+
+
+def test_a_ranks_own_first_signal_after_an_agreed_stop_asks_for_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun a rank may learn of a stop from another rank (the agreement) before its own SIGTERM
+    arrives: that signal is its first, so it must not end the process before the checkpoint is saved;
+    a second one does."""
+    import os
+    import signal
+
+    import vtools.train.loop as loop
+
+    monkeypatch.setattr(loop, "any_rank", lambda requested, device: True)  # another rank was signalled
+    with loop.StopRequest() as stop:
+        assert stop.agreed(0) and stop.signal_name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # this rank's own, first signal: noted, no exit
+        assert stop.requested
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one: stop now, with the stop's exit code
+        assert ended.value.code == 143

@@ -43,6 +43,7 @@ class StopRequest:
         self.check_every = max(1, check_every)
         self._previous: dict[int, Any] = {}
         self._shielded = False
+        self._signalled = False  # this process got a signal itself (not only another rank's, by agreement)
 
     def __enter__(self) -> StopRequest:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -54,13 +55,16 @@ class StopRequest:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal_name is not None and not self._shielded:  # a second signal: stop now, same code
+        """A process's first signal asks for a checkpoint, even when another rank's stop was agreed before
+        it arrived (a batch system signals the ranks at different moments); its second stops it now."""
+        if self._signalled and not self._shielded:  # a second signal: stop now, same code
             print(
                 f"{signal.Signals(signum).name} again: stopping without waiting for a checkpoint",
                 file=sys.stderr,
                 flush=True,
             )
             raise SystemExit(exit_code(self.signal_name))
+        self._signalled = True
         self.signal_name = self.signal_name or signal.Signals(signum).name
 
     @contextmanager
