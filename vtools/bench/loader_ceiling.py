@@ -28,10 +28,9 @@ TIMM_TRAIN_AUGMENTATION = {
 
 
 def measure_loader(mode: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
-    """img/s, img/s per usable core and the fraction of the time spent waiting for the workers, over
-    ``args.steps`` batches after ``args.warmup``."""
+    """img/s, img/s per worker process (one core each) and the fraction of the time spent waiting for the
+    workers, over ``args.steps`` batches after ``args.warmup``."""
     import timm
-    import torch
 
     from vtools.runtime import device as dev
     from vtools.runtime.cpu_budget import setup_cpu_budget, usable_cores
@@ -70,7 +69,6 @@ def measure_loader(mode: str, split: str, args: argparse.Namespace) -> dict[str,
         "img_per_sec_per_core": round(rate / max(1, workers), 2),
         "data_wait": round(wait / seconds, 4),
         "peak_host_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "dtype": str(torch.float32),
     }
 
 
