@@ -520,6 +520,21 @@ ROWS = [
         checks=(_blocker_intact,),
     ),
     Row(
+        "validate-report-is-a-file",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--report", "{tmp}/a_file"],
+        2,
+        ["--report", "is a file"],
+        files={"a_file": "x"},
+        checks=(_blocker_intact,),
+    ),
+    Row(
+        "validate-report-worst-negative",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--report", "{tmp}/r", "--report-worst", "-1"],
+        2,
+        ["--report-worst must be 0"],
+        checks=(_absent("r"),),
+    ),
+    Row(
         "inference-unwritable-results-dir",
         [
             "inference.py",

@@ -283,6 +283,31 @@ def test_torchrun_two_processes_counts_each_sample_once(device_type: str, fashio
     assert int(rows[0]["eval_samples"]) == 59
     assert proc.stdout.count("training test_resnet") == 1  # only rank 0 reports
     assert len(list(val.rglob("*.png"))) == 60
+    # the class report both ranks gathered equals one process's on the same weights and images
+    solo = run_script(
+        ["validate.py", str(odd / "val"), "--model", str(tmp_path / "ddp" / "model"), "--report", str(tmp_path / "one")]
+        + ["--batch-size", "29", *device_flags(device_type)]
+    )
+    assert solo.returncode == 0, solo.stderr[-3000:]
+    assert_same_class_report(tmp_path / "ddp" / "eval", tmp_path / "one")
+
+
+def assert_same_class_report(gathered: Path, single: Path) -> None:
+    """Per-class counts, the confusion matrix and the mistakes (by image) equal; probabilities within float
+    noise (batches were cut differently)."""
+    import pandas as pd
+
+    counts = ["class", "support", "correct", "predicted", "top1", "top5", "precision", "recall", "f1"]
+    a, b = pd.read_csv(gathered / "per_class.csv"), pd.read_csv(single / "per_class.csv")
+    pd.testing.assert_frame_equal(a[counts], b[counts])
+    assert a["support"].sum() == 59
+    pd.testing.assert_frame_equal(
+        pd.read_csv(gathered / "confusion.csv", index_col=0), pd.read_csv(single / "confusion.csv", index_col=0)
+    )
+    a, b = (pd.read_csv(folder / "misclassified.csv").set_index("sample").sort_index() for folder in (gathered, single))
+    assert list(a.index) == list(b.index) and a.index.is_unique
+    assert (a[["label", "predicted"]] == b[["label", "predicted"]]).all().all()
+    assert (a["confidence"] - b["confidence"]).abs().max() < 1e-3
 
 
 def _children(pid: int) -> list[int]:

@@ -168,11 +168,28 @@ def test_several_models_in_one_run(
             str(results),
             "--results-format",
             "json",
+            "--report",
+            str(tmp_path / "reports"),
+            "--report-worst",
+            "2",
         ]
     )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(results.read_text())
     assert [row["model"] for row in rows] == [str(custom_model_dir), str(other)]
+    import pandas as pd
+
+    for row, name in zip(rows, ("model", "other")):  # one class report per model, named after it
+        folder = tmp_path / "reports" / name
+        overall = pd.read_csv(folder / "overall.csv").iloc[0]
+        assert overall["model"] == row["model"] and overall["top1"] == pytest.approx(row["top1"], abs=1e-4)
+        per_class = pd.read_csv(folder / "per_class.csv")
+        assert per_class["class"].tolist() == ["cat", "dog", "fox"] and per_class["support"].tolist() == [4, 4, 4]
+        assert per_class["correct"].sum() == round(row["top1"] * 12 / 100)
+        mistakes = pd.read_csv(folder / "misclassified.csv")
+        assert len(mistakes) == min(2, 12 - per_class["correct"].sum())
+        assert all(Path(sample).is_file() for sample in mistakes["sample"])
+        assert (folder / "confusion.png").stat().st_size > 0 and (folder / "reliability.png").stat().st_size > 0
 
 
 def _fashion_mnist_raw(root: Path) -> None:

@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "export": "write a model as ONNX and check onnxruntime against PyTorch on real images",
     "shards": "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)",
     "plot": "draw loss, top-1 and lr of one or several training runs into a PNG",
+    "compare": "set class reports side by side (validate.py --report, a run's eval/): which classes changed",
     "parity": "run a model on two devices and name the first layer whose numbers differ beyond tolerance",
 }
 ALIASES = {"inference": "infer"}

@@ -26,7 +26,10 @@ from vtools.cli.options import timm_model_kwargs
 from vtools.cli.parser import check_values
 from vtools.data.readers.registry import Source
 from vtools.errors import RunFailed, UsageError
+from vtools.evaluation.class_report import build_report
 from vtools.evaluation.loops import EvalResult, evaluate
+from vtools.evaluation.predictions import PredictionLog, Predictions
+from vtools.evaluation.report_files import OVERALL, write_report
 from vtools.models.create import create_model, weights_description
 from vtools.models.folder import export_model_folder
 from vtools.models.prepare import unwrap
@@ -34,6 +37,7 @@ from vtools.models.weights import read_state_dict
 from vtools.observe.curves import ScalarLog, plot_runs
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
+from vtools.observe.report_plots import draw_report
 from vtools.results import write_rows
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
@@ -70,6 +74,7 @@ from vtools.train.resume import (
 from vtools.train.run_lock import FolderClaim, owned_folder
 
 CONFIG_NAMES = ("config.yaml", "args.yaml")
+EVAL_DIR = "eval"  # the best epoch's class report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +214,7 @@ def run_training(
             )
             if not result.interrupted:
                 share_batchnorm_statistics(parts, args, dist_info)
-            metrics = None
+            metrics, predictions = None, PredictionLog()
             continues = epoch + 1 < num_epochs and not result.interrupted
             if continues and runtime.budget.decode_during_validation:
                 start_epoch(loaders, epoch + 1)  # its first batches are decoded while the device validates
@@ -222,6 +227,7 @@ def run_training(
                     desc=f"validate {epoch}",
                     show_progress=dist_info.is_main,
                     should_stop=None if dist_info.enabled else (lambda: stop.requested),
+                    on_logits=predictions.add,
                 )
             if result.interrupted or (validates and metrics is None):  # stopped mid-epoch or mid-validation
                 where = Position(epoch, result.completed_steps, num_updates)
@@ -238,6 +244,7 @@ def run_training(
                 barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
                 return exit_code(stop.signal_name)
             check_finite(epoch, metrics, parts.model)
+            gathered = predictions.gather(device) if metrics is not None else None  # every rank's samples
             if continues and not loaders.train.started:
                 start_epoch(loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
             lr_used = recipe.mean_lr(parts.optimizer)  # before the step: the rate this epoch trained with
@@ -260,6 +267,8 @@ def run_training(
                     best = manager.save(state, epoch, metric)
                     claim.wrote(out_dir / "summary.csv", created=not (out_dir / "summary.csv").exists())
                     write_rows(out_dir / "summary.csv", summary_rows, "csv")
+                    if best and gathered is not None:
+                        write_eval_report(claim, gathered, classes, val_source, epoch)
                 scalars.epoch(summary_rows[-1])
                 say(epoch_line(epoch, result, metrics, best))
             # a signal during validation (torchrun) or the save: this epoch is saved; after the last one the
@@ -292,6 +301,7 @@ def finish_run(
     """After the last epoch: curves, the last checkpoint on disk, the best weights as a model folder."""
     out_dir = claim.folder
     curves = draw_curves(claim) if dist_info.is_main else ""  # from summary.csv, while the last
+    report = draw_eval_report(claim) if dist_info.is_main else ""
     manager.wait()  # checkpoint is written; it is whole (or its failure raised) before best is read
     if not dist_info.is_main:
         return
@@ -303,6 +313,30 @@ def finish_run(
     if others:
         say(f"{exported} also holds {', '.join(others)}, which this run did not write: left as they are")
     say(curves)
+    if report:
+        say(report)
+
+
+def write_eval_report(
+    claim: FolderClaim, predictions: Predictions, classes: list[str], source: Source, epoch: int
+) -> None:
+    """The best epoch's class report in ``<run>/eval`` (tables now; pictures when the run ends)."""
+    folder = claim.folder / EVAL_DIR
+    claim.wrote(folder, created=not folder.exists())
+    report = build_report(predictions, classes, getattr(source.samples, "name", None), about={"epoch": epoch})
+    write_report(folder, report, before_write=lambda path: claim.wrote(path, created=not path.exists()))
+
+
+def draw_eval_report(claim: FolderClaim) -> str:
+    """The pictures of ``<run>/eval``'s report, or why there are none."""
+    folder = claim.folder / EVAL_DIR
+    if not (folder / OVERALL).is_file():
+        return ""
+    try:
+        draw_report(folder, before_write=lambda path: claim.wrote(path, created=not path.exists()))
+    except UsageError as missing:
+        return f"class report: {folder} (no pictures: {missing})"
+    return f"class report: {folder} (confusion.png, reliability.png)"
 
 
 def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int) -> None:

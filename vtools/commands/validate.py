@@ -44,6 +44,7 @@ from vtools.data.readers.folder import (
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import RunFailed, UsageError
+from vtools.evaluation.class_report import DEFAULT_BINS, ClassReport, build_report
 from vtools.evaluation.loops import evaluate
 from vtools.evaluation.metrics import (
     METRICS_AVERAGES,
@@ -53,11 +54,14 @@ from vtools.evaluation.metrics import (
     read_valid_labels,
 )
 from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval, reparameterized
+from vtools.evaluation.predictions import PredictionLog
+from vtools.evaluation.report_files import write_report
 from vtools.models.create import create_model
 from vtools.models.folder import class_names_of
 from vtools.models.prepare import count_params, use_channels_last
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
+from vtools.observe.report_plots import draw_report
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import Runtime, setup_runtime
@@ -141,6 +145,27 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("results")
     group.add_argument("--results-file", default="", metavar="PATH", help="write one row per model here")
     group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    group.add_argument(
+        "--report",
+        default="",
+        metavar="DIR",
+        help="write a class report here: per-class scores, confusion matrix, most-confused pairs, calibration "
+        "(ECE, reliability diagram), misclassified images (one sub-folder per model when there are several)",
+    )
+    group.add_argument(
+        "--report-worst",
+        type=int,
+        default=0,
+        metavar="K",
+        help="list only the K most confident mistakes in the report (default: 0, every mistake)",
+    )
+    group.add_argument(
+        "--calibration-bins",
+        type=int,
+        default=DEFAULT_BINS,
+        metavar="N",
+        help=f"equal-width confidence bins of the reliability diagram and ECE (default: {DEFAULT_BINS})",
+    )
     return parser
 
 
@@ -259,8 +284,11 @@ def _too_many_classes(source: Source, model_name: str, outputs: int) -> str:
     return message + "; pass --class-map or a model trained on these classes"
 
 
-def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime) -> dict[str, Any]:
-    """Validate one model/checkpoint pair and return its results row (timm's keys first)."""
+def validate_one(
+    args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime, report_dir: Path | None = None
+) -> dict[str, Any]:
+    """Validate one model/checkpoint pair and return its results row (timm's keys first); with
+    ``report_dir``, write its class report there."""
     pretrained = args.pretrained or not checkpoint  # as timm's validate.py: no checkpoint -> pretrained weights
     random_seed(args.seed)  # as timm's validate.py, before the model and the loader (--interpolation random)
     model = create_model(
@@ -290,12 +318,15 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     loader, source = build_eval_loader(args, outputs, class_names, data_config, runtime, channels_last, skipped)
     counts = ClassCounts(outputs, runtime.device) if args.metrics_avg else None
     real = _real_labels(args.real_labels, source, outputs) if args.real_labels else None
+    log = PredictionLog() if report_dir is not None else None
 
     def on_logits(logits: torch.Tensor, targets: torch.Tensor, indices: torch.Tensor) -> None:
         if counts is not None:
             counts.update(logits, targets)
         if real is not None:
             real.add(logits, indices)
+        if log is not None:
+            log.add(logits, targets, indices)
 
     profiler = StepProfiler(
         args.profile, runtime.device, Path(args.results_file or "results").parent, f"validate-{Path(model_name).name}"
@@ -309,7 +340,7 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
         log=print,
         log_freq=args.log_freq,
         output_index=valid_labels,
-        on_logits=on_logits if counts is not None or real is not None else None,
+        on_logits=on_logits if counts is not None or real is not None or log is not None else None,
     )
     if result.count == 0:
         raise UsageError(f"no image could be read ({len(skipped)} skipped): there is nothing to validate on")
@@ -319,6 +350,19 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
             "finite (weights with nan or inf in them?), so its accuracy means nothing"
         )
     top1, top5 = (real.accuracy(1), real.accuracy(5)) if real is not None else (result.top1, result.top5)
+    if log is not None:
+        names = class_names or [str(i) for i in range(outputs)]
+        about = {"model": model_name, "checkpoint": checkpoint, "device": str(runtime.device)}
+        report = build_report(
+            log.gather(runtime.device),
+            names,
+            getattr(source.samples, "name", None),
+            args.calibration_bins,
+            args.report_worst,
+            about,
+        )
+        write_report(report_dir, report)
+        print(f"class report: {report_dir} ({report_summary(report)}){draw_pictures(report_dir)}")
     return {
         "model": model_name,
         "top1": round(top1, 4),
@@ -341,6 +385,49 @@ def validate_one(args: argparse.Namespace, model_name: str, checkpoint: str, run
     }
 
 
+def check_report_args(args: argparse.Namespace) -> None:
+    """The report's options, and its folder writable, before any model is created."""
+    if args.report_worst < 0:
+        raise UsageError(f"--report-worst must be 0 (every mistake) or more, got {args.report_worst}")
+    if args.calibration_bins < 1:
+        raise UsageError(f"--calibration-bins must be 1 or more, got {args.calibration_bins}")
+    if Path(args.report).is_file():
+        raise UsageError(f"--report {args.report} is a file; give a folder")
+    folder = Path(args.report)
+    parent = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--report {args.report}: {parent} is not writable")
+
+
+def report_summary(report: ClassReport) -> str:
+    """The report's headline: averaged F1, calibration, and the most frequent mistake."""
+    text = f"macro F1 {report.overall['macro_f1_score']:.2f}, ECE {report.overall['ece']:.2f}%"
+    if report.pairs:
+        pair = report.pairs[0]
+        text += f", most confused: {pair['true']} -> {pair['predicted']} ({pair['count']})"
+    return text
+
+
+def draw_pictures(folder: Path) -> str:
+    """The report's PNGs, or a note on why there are none."""
+    try:
+        draw_report(folder)
+    except UsageError as missing:
+        return f"; no pictures: {missing}"
+    return ""
+
+
+def report_folders(spec: str, pairs: list[tuple[str, str]]) -> list[Path | None]:
+    """Where each model/checkpoint pair's class report goes: ``spec`` itself for one pair, else one
+    sub-folder per pair named after the model (and checkpoint)."""
+    if not spec:
+        return [None] * len(pairs)
+    if len(pairs) == 1:
+        return [Path(spec)]
+    names = [Path(model).name + (f"-{Path(ckpt).name.split('.')[0]}" if ckpt else "") for model, ckpt in pairs]
+    return [Path(spec) / name for name in names]
+
+
 def _real_labels(real_json: str, source: Source, outputs: int) -> RealLabels:
     name_of = getattr(source.samples, "name", None)
     if name_of is None:
@@ -349,7 +436,12 @@ def _real_labels(real_json: str, source: Source, outputs: int) -> RealLabels:
 
 
 def validate_with_retry(
-    args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime, retry: bool
+    args: argparse.Namespace,
+    model_name: str,
+    checkpoint: str,
+    runtime: Runtime,
+    retry: bool,
+    report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """timm's --retry: on an out-of-memory error, validate again with the next smaller batch size
     (timm's decay_batch_step); errors that a smaller batch cannot cure stop the run as they are."""
@@ -357,7 +449,7 @@ def validate_with_retry(
     try:
         while True:
             try:
-                return validate_one(args, model_name, checkpoint, runtime)
+                return validate_one(args, model_name, checkpoint, runtime, report_dir)
             except RuntimeError as err:
                 smaller = decay_batch_step(args.batch_size)
                 if not retry or not smaller or not check_batch_size_retry(str(err)) or not _out_of_memory(err):
@@ -393,23 +485,25 @@ def main(argv: list[str] | None = None) -> int:
     runtime = setup_runtime(args)
     if args.results_file:
         check_writable(args.results_file, "--results-file")
+    if args.report:
+        check_report_args(args)
     check_data_first(args)
     models = expand_models(args.model, args.pretrained)
     checkpoints = expand_checkpoints(args.checkpoint)
     rows = []
     retry = args.retry or len(models) * len(checkpoints) > 1  # timm retries every model of a bulk run
+    pairs = [(model_name, checkpoint) for model_name in models for checkpoint in checkpoints]
     with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
-        for model_name in models:
-            for checkpoint in checkpoints:
-                row = validate_with_retry(args, model_name, checkpoint, runtime, retry)
-                print(
-                    f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
-                    f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                    f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
-                    + _metrics_line(row, args.metrics_avg),
-                    flush=True,
-                )
-                rows.append(row)
+        for (model_name, checkpoint), report_dir in zip(pairs, report_folders(args.report, pairs)):
+            row = validate_with_retry(args, model_name, checkpoint, runtime, retry, report_dir)
+            print(
+                f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+                f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
+                + _metrics_line(row, args.metrics_avg),
+                flush=True,
+            )
+            rows.append(row)
     columns = [
         "model",
         "top1",

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vtools.errors import UsageError
@@ -39,28 +40,9 @@ class ClassCounts:
         self.counts[2] += torch.bincount(targets, minlength=n)
 
     def scores(self, average: str) -> tuple[float, float, float]:
-        """Precision, recall and F1 (fractions) as scikit-learn averages them with ``zero_division=0``:
-        over the classes that occur among the targets or the predictions."""
-        hits, predicted, true = self.counts.cpu().double()
-        present = (predicted + true) > 0
-        hits, predicted, true = hits[present], predicted[present], true[present]
-        if average == "micro":
-            precision = _ratio(hits.sum(), predicted.sum())
-            recall = _ratio(hits.sum(), true.sum())
-            return float(precision), float(recall), float(_ratio(2 * hits.sum(), predicted.sum() + true.sum()))
-        precision = _ratio(hits, predicted)
-        recall = _ratio(hits, true)
-        f1 = _ratio(2 * hits, predicted + true)
-        if average == "macro":
-            weights = torch.ones_like(true)
-        elif average == "weighted":
-            weights = true
-        else:
-            raise ValueError(f"unknown average {average!r}: use one of {', '.join(METRICS_AVERAGES)}")
-        total = weights.sum()
-        if total == 0:
-            return 0.0, 0.0, 0.0
-        return tuple(float((values * weights).sum() / total) for values in (precision, recall, f1))  # type: ignore[return-value]
+        """Precision, recall and F1 (fractions) as scikit-learn averages them with ``zero_division=0``."""
+        hits, predicted, true = self.counts.cpu().double().numpy()
+        return averaged_scores(hits, predicted, true, average)
 
     def row(self, average: str) -> dict[str, float]:
         """timm's result keys and rounding: ``<average>_precision``, ``_recall``, ``_f1_score`` in percent."""
@@ -72,9 +54,34 @@ class ClassCounts:
         }
 
 
-def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
-    """numerator / denominator, 0 where the denominator is 0 (scikit-learn's zero_division=0)."""
-    return torch.where(denominator > 0, numerator / denominator.clamp(min=1), torch.zeros_like(numerator))
+def per_class_scores(hits: np.ndarray, predicted: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per-class precision, recall and F1 (fractions) from per-class counts of correct top-1 predictions,
+    of predictions and of labels; 0 where a class has none (scikit-learn's ``zero_division=0``)."""
+    return _ratio(hits, predicted), _ratio(hits, true), _ratio(2 * hits, predicted + true)
+
+
+def averaged_scores(hits: np.ndarray, predicted: np.ndarray, true: np.ndarray, average: str) -> tuple[float, ...]:
+    """Precision, recall and F1 averaged as scikit-learn's ``average=`` over the classes that occur among
+    the labels or the predictions (micro: from the summed counts; macro: plain mean; weighted: by support)."""
+    if average not in METRICS_AVERAGES:
+        raise ValueError(f"unknown average {average!r}: use one of {', '.join(METRICS_AVERAGES)}")
+    present = (predicted + true) > 0
+    hits, predicted, true = (np.asarray(a, dtype=np.float64)[present] for a in (hits, predicted, true))
+    if average == "micro":
+        return tuple(
+            float(v[0])
+            for v in per_class_scores(hits.sum(keepdims=True), predicted.sum(keepdims=True), true.sum(keepdims=True))
+        )
+    weights = np.ones_like(true) if average == "macro" else true
+    if weights.sum() == 0:
+        return 0.0, 0.0, 0.0
+    return tuple(float((values * weights).sum() / weights.sum()) for values in per_class_scores(hits, predicted, true))
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, 0 where the denominator is 0."""
+    numerator, denominator = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
 
 
 def read_valid_labels(path: str) -> list[int]:

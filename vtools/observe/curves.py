@@ -13,13 +13,12 @@ tensorboard and matplotlib are optional (requirements-deploy.txt).
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vtools.atomic import atomic_write
 from vtools.errors import UsageError
+from vtools.observe.figures import pyplot, save_png
 from vtools.optional import optional_module
 
 EPOCH_SCALARS = {
@@ -80,9 +79,7 @@ def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float
 
 def plot_runs(runs: Sequence[Path], out: Path) -> Path:
     """Loss, top-1 and lr against epoch for each run, side by side, as a PNG written atomically."""
-    matplotlib = optional_module("matplotlib", "drawing curves")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("drawing curves")
     from matplotlib.ticker import MaxNLocator
 
     figure, (loss_ax, top1_ax, lr_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -100,7 +97,4 @@ def plot_runs(runs: Sequence[Path], out: Path) -> Path:
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return atomic_write(out, lambda handle: handle.write(buffer.getvalue()))
+    return save_png(figure, out)

@@ -167,6 +167,23 @@ def gather_objects(value: Any) -> list[Any]:
     return gathered
 
 
+def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's rows of ``tensor`` (N x C, N may differ per rank) stacked in rank order, on every rank:
+    two all-gathers on the device (the row counts, then the rows padded to the longest)."""
+    if not _active():
+        return tensor
+    world = dist.get_world_size()
+    count = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=tensor.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
+    padded[: tensor.shape[0]] = tensor
+    pieces = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(pieces, padded)
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)])
+
+
 def broadcast_from_main(value: Any) -> Any:
     """Rank 0's ``value`` on every rank, so that all ranks act on one decision."""
     if not _active():

@@ -1,0 +1,63 @@
+"""``vtools compare REPORT REPORT [...]``: class reports side by side, with each class's change.
+
+Each REPORT is a folder written by ``validate.py --report`` or a train.py run
+folder (its ``eval/``: the best epoch). Deltas are against the first REPORT,
+in points: before and after fine-tuning, npu against cpu on the same weights.
+
+Examples:
+  vtools compare reports/before reports/after
+  vtools compare runs/base runs/finetuned --output changes.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vtools.atomic import check_writable
+from vtools.cli.parser import OneLineParser
+from vtools.errors import UsageError
+from vtools.evaluation.report_compare import class_rows, load_reports, movers, overall_rows
+from vtools.results import RESULT_FORMATS, format_table, write_rows
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="vtools compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "reports", nargs="+", metavar="REPORT", help="validate.py --report folders or train.py run folders"
+    )
+    parser.add_argument(
+        "--top", type=int, default=5, metavar="N", help="classes listed as most improved / most worsened (default: 5)"
+    )
+    parser.add_argument(
+        "--output", "-o", default="", metavar="PATH", help="write the per-class comparison here (one row per class)"
+    )
+    parser.add_argument("--format", default="csv", choices=RESULT_FORMATS, help="of --output (default: csv)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if len(args.reports) < 2:
+        raise UsageError("give two or more reports to compare (the first is the reference)")
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more, got {args.top}")
+    if args.output:
+        check_writable(args.output, "--output")
+    reports = load_reports(args.reports)
+    print(format_table(overall_rows(reports)))
+    rows = class_rows(reports)
+    samples = {report.label: report.overall.get("samples") for report in reports}
+    if len(set(samples.values())) > 1:
+        print(f"note: the reports cover different numbers of images ({samples}): deltas compare different sets")
+    print()
+    print(format_table(rows))
+    for report in reports[1:]:
+        better, worse = movers(rows, report.label, args.top)
+        print(f"\n{report.label} against {reports[0].label}:")
+        print(f"  improved: {', '.join(better) or 'none'}")
+        print(f"  worsened: {', '.join(worse) or 'none'}")
+    if args.output:
+        print(f"per-class comparison written to {write_rows(args.output, rows, args.format)}")
+    return 0
