@@ -23,8 +23,8 @@ from vtools.evaluation.predictions import PredictionLog
 from vtools.evaluation.report_files import (
     CONFUSION,
     CONFUSION_CELLS,
-    report_file_names,
     read_confusion,
+    report_file_names,
     write_report,
 )
 

@@ -529,7 +529,16 @@ ROWS = [
     ),
     Row(
         "validate-report-worst-negative",
-        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--report", "{tmp}/r", "--report-worst", "-1"],
+        [
+            "validate.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--report",
+            "{tmp}/r",
+            "--report-worst",
+            "-1",
+        ],
         2,
         ["--report-worst must be 0"],
         checks=(_absent("r"),),
