@@ -203,5 +203,5 @@ def test_compare_reports_class_by_class(tmp_path: Path, capsys: pytest.CaptureFi
         assert float(rows[name]["delta top1 run_after"] or 0) == pytest.approx(expected, abs=0.01), name
     gains = sorted(((after.per_class[i]["top1"] - before.per_class[i]["top1"], c) for i, c in enumerate(classes)))
     text = capsys.readouterr().out
-    assert f"improved: {gains[-1][1]} +" in text and {gains[-1][1], gains[-2][1]} == {"c3", "c7"}
-    assert "worsened: none" in text
+    assert f"B against A: improved {gains[-1][1]} +" in text and {gains[-1][1], gains[-2][1]} == {"c3", "c7"}
+    assert "worsened none" in text

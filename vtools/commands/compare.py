@@ -12,6 +12,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from vtools.atomic import check_writable
 from vtools.cli.parser import OneLineParser
@@ -46,18 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         check_writable(args.output, "--output")
     reports = load_reports(args.reports)
-    print(format_table(overall_rows(reports)))
-    rows = class_rows(reports)
-    samples = {report.label: report.overall.get("samples") for report in reports}
-    if len(set(samples.values())) > 1:
-        print(f"note: the reports cover different numbers of images ({samples}): deltas compare different sets")
+    short = [replace(report, label=chr(ord("A") + i)) for i, report in enumerate(reports)]  # console columns
+    for letter, report in zip(short, reports):
+        print(f"{letter.label} = {report.folder}{' (the reference)' if letter is short[0] else ''}")
+    print()
+    print(format_table(overall_rows(short)))
+    samples = [report.overall.get("samples") for report in reports]
+    if len(set(samples)) > 1:
+        print(f"note: the reports cover different numbers of images ({', '.join(map(str, samples))})")
+    rows = class_rows(short)
     print()
     print(format_table(rows))
-    for report in reports[1:]:
+    for report in short[1:]:
         better, worse = movers(rows, report.label, args.top)
-        print(f"\n{report.label} against {reports[0].label}:")
-        print(f"  improved: {', '.join(better) or 'none'}")
-        print(f"  worsened: {', '.join(worse) or 'none'}")
+        print(
+            f"\n{report.label} against A: improved {', '.join(better) or 'none'}; worsened {', '.join(worse) or 'none'}"
+        )
+    rows = class_rows(reports)  # the file's columns name the reports in full
     if args.output:
         print(f"per-class comparison written to {write_rows(args.output, rows, args.format)}")
     return 0

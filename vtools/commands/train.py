@@ -35,6 +35,7 @@ from vtools.models.folder import export_model_folder
 from vtools.models.prepare import unwrap
 from vtools.models.weights import read_state_dict
 from vtools.observe.curves import ScalarLog, plot_runs
+from vtools.observe.data_wait import DataWaitVerdict, LoaderSetting
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import draw_report
@@ -54,6 +55,7 @@ from vtools.train.assemble import (
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, load_training_state
 from vtools.train.loop import (
     EpochResult,
+    LogPoint,
     StopRequest,
     TrainComponents,
     exit_code,
@@ -71,6 +73,7 @@ from vtools.train.resume import (
     start_at_epoch,
     training_state,
 )
+from vtools.train.run_clock import RunClock, clock_text
 from vtools.train.run_lock import FolderClaim, owned_folder
 
 CONFIG_NAMES = ("config.yaml", "args.yaml")
@@ -97,20 +100,29 @@ def main(argv: list[str] | None = None) -> int:
 def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> int:
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(args, dist_info)
+    last_lines: list[str] = []  # the run's final summary, printed after the fallback count
     with owned_folder(run.path, enabled=dist_info.is_main, made=run.made) as claim:
         with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
-            code = run_training(args, run, runtime, dist_info, claim)
+            code = run_training(args, run, runtime, dist_info, claim, last_lines)
         if dist_info.is_main:  # every rank runs the same operators: rank 0's count stands for the run
             path = claim.folder / CSV_NAME
             claim.wrote(path, created=not path.exists())
             fallbacks.write_csv(path)
             print(fallbacks.summary(str(path)))
+            for line in last_lines:
+                print(line)
         return code
 
 
 def run_training(
-    args: argparse.Namespace, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
+    args: argparse.Namespace,
+    run: RunFolder,
+    runtime: Runtime,
+    dist_info: DistInfo,
+    claim: FolderClaim,
+    last_lines: list[str],
 ) -> int:
+    """Train; a run that finishes appends its final summary to ``last_lines``."""
     say = print if dist_info.is_main else (lambda *a, **k: None)
     device, amp = runtime.device, runtime.amp
     out_dir = run.path
@@ -189,6 +201,20 @@ def run_training(
     num_updates = position.num_updates
     scalars = ScalarLog(out_dir / "tensorboard" if args.log_tensorboard and dist_info.is_main else None)
     profiler = StepProfiler(args.profile, device, out_dir, "train", enabled=dist_info.is_main)
+    clock = RunClock(
+        num_epochs,
+        len(loaders.train),  # batches per epoch; the first log step reports the exact count
+        lambda e: (e + 1) % args.val_interval == 0 or e + 1 == num_epochs,
+        first=(position.epoch, position.step),
+    )
+    data_wait = DataWaitVerdict(loader_setting(args, runtime, loaders, train_source))
+
+    def on_log(point: LogPoint) -> None:
+        scalars.step(point.num_updates, point.loss, point.lr, point.images_per_second)
+        line = clock.step_line(point)
+        if line:
+            say(line)
+
     with StopRequest(device, check_every=args.log_interval if dist_info.enabled else 1) as stop, closing(scalars):
         for epoch in range(position.epoch, num_epochs):
             if parts.mixup is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
@@ -200,6 +226,7 @@ def run_training(
             validates = (epoch + 1) % args.val_interval == 0 or epoch + 1 == num_epochs
             if validates:
                 loaders.val.start()  # its workers decode the validation set while this epoch trains
+            clock.epoch_started()
             result, num_updates = train_one_epoch(
                 parts,
                 profiler.wrap(loaders.train),
@@ -210,8 +237,9 @@ def run_training(
                 show_progress=dist_info.is_main,
                 start_step=first_step,
                 carried=position.carried if resuming else (0.0, 0),
-                on_log=scalars.step,
+                on_log=on_log,
             )
+            clock.epoch_trained(result.seconds, result.steps)
             if not result.interrupted:
                 share_batchnorm_statistics(parts, args, dist_info)
             metrics, predictions = None, PredictionLog()
@@ -244,6 +272,8 @@ def run_training(
                 barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
                 return exit_code(stop.signal_name)
             check_finite(epoch, metrics, parts.model)
+            if metrics is not None:
+                clock.validated(metrics.seconds)
             gathered = predictions.gather(device) if metrics is not None else None  # every rank's samples
             if continues and not loaders.train.started:
                 start_epoch(loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
@@ -270,7 +300,10 @@ def run_training(
                     if best and gathered is not None:
                         write_eval_report(claim, gathered, classes, val_source, epoch)
                 scalars.epoch(summary_rows[-1])
-                say(epoch_line(epoch, result, metrics, best))
+                say(epoch_line(epoch, result, metrics, best, clock.since_epoch_start))
+                verdict = data_wait.epoch(epoch, result.data_wait)
+                if verdict:
+                    say(verdict)
             # a signal during validation (torchrun) or the save: this epoch is saved; after the last one the
             # run finishes its files instead
             if stop.agreed(now=True) and epoch + 1 < num_epochs:
@@ -282,6 +315,7 @@ def run_training(
                 return exit_code(stop.signal_name)
         with stop.shielded():  # the run's last files are written whole, whatever signal comes now
             finish_run(args, claim, manager, num_classes, classes, loaders.data_config, parts, dist_info, say)
+        last_lines.extend(final_summary(claim, clock, num_epochs - position.epoch, data_wait))
         if stop.requested:
             say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
     return 0
@@ -315,6 +349,46 @@ def finish_run(
     say(curves)
     if report:
         say(report)
+
+
+def loader_setting(args: argparse.Namespace, runtime: Runtime, loaders: Loaders, source: Source) -> LoaderSetting:
+    """What the data-wait advice depends on, for this run."""
+    paths = [str(path) for path in getattr(source.samples, "paths", [])]
+    return LoaderSetting(
+        runtime.budget,
+        workers_given=args.workers is not None,
+        from_files=not args.dataset,
+        data_path=args.data_dir or "",
+        img_size=int(loaders.data_config["input_size"][-1]),
+        sample_files=tuple(paths[:: max(1, len(paths) // 8)][:8]),
+    )
+
+
+RUN_FILES = (  # what a finished run leaves, in the order the final summary names them
+    ("model", "model/ (the best weights)"),
+    ("summary.csv", "summary.csv"),
+    ("config.yaml", "config.yaml"),
+    ("args.yaml", "args.yaml"),
+    ("curves.png", "curves.png"),
+    (EVAL_DIR, f"{EVAL_DIR}/ (class report)"),
+    (BEST, BEST),
+    (LAST, LAST),
+    ("tensorboard", "tensorboard/"),
+    (CSV_NAME, CSV_NAME),
+)
+
+
+def final_summary(claim: FolderClaim, clock: RunClock, epochs: int, data_wait: DataWaitVerdict) -> list[str]:
+    """The run's last lines: how long it took, what it wrote where, and the data-wait reminder."""
+    folder = claim.folder
+    names = [text for name, text in RUN_FILES if name in claim.ledger or name == CSV_NAME]
+    checkpoints = sorted(p.name for p in folder.glob("checkpoint-*.pth.tar") if p.name in claim.ledger)
+    if checkpoints:
+        names.append(f"{len(checkpoints)} epoch checkpoint(s)")
+    line = f"finished in {clock_text(clock.elapsed)} ({epochs} epoch(s) in this process); wrote to {folder}: "
+    line += ", ".join(names)
+    reminder = data_wait.summary()
+    return [line, reminder] if reminder else [line]
 
 
 def write_eval_report(
@@ -479,13 +553,14 @@ def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr:
     }
 
 
-def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult | None, best: bool) -> str:
+def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult | None, best: bool, seconds: float) -> str:
+    """The epoch's figures, its data-wait share and its duration (training, validation and saving)."""
     line = f"epoch {epoch}: train_loss {result.loss:.4f}  "
     if metrics is not None:
         line += f"eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  "
     else:
         line += "(not validated: --val-interval)  "
-    line += f"{result.images_per_second:.1f} img/s"
+    line += f"{result.images_per_second:.1f} img/s  data wait {result.data_wait:.0%}  {seconds:.1f} s"
     if best:
         line += "  (best)"
     if result.skipped_updates:

@@ -77,20 +77,51 @@ def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def best_epoch(run: Path, rows: list[dict[str, str]]) -> int | None:
+    """The epoch the run chose as best: by its config's --eval-metric (top1 unless it says otherwise),
+    the first epoch that reached the best value, as the checkpoint manager keeps it."""
+    metric = "top1"
+    config = (run if run.is_dir() else run.parent) / "config.yaml"
+    if config.is_file():
+        import yaml
+
+        try:
+            metric = str((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("eval_metric", metric))
+        except yaml.YAMLError:
+            pass
+    epochs, values = _series(rows, f"eval_{metric}")
+    if not values:
+        return None
+    best = min(values) if metric == "loss" else max(values)
+    return epochs[values.index(best)]
+
+
 def plot_runs(runs: Sequence[Path], out: Path) -> Path:
-    """Loss, top-1 and lr against epoch for each run, side by side, as a PNG written atomically."""
+    """Loss, top-1 and top-5, and lr against epoch for each run, side by side, with each run's best epoch
+    marked, as a PNG written atomically."""
     plt = pyplot("drawing curves")
     from matplotlib.ticker import MaxNLocator
 
-    figure, (loss_ax, top1_ax, lr_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    figure, (loss_ax, top_ax, lr_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
     for run in runs:
         rows = read_summary_rows(run)
         name = (run if run.is_dir() else run.parent).name
         (line,) = loss_ax.plot(*_series(rows, "train_loss"), label=f"{name} train")
-        loss_ax.plot(*_series(rows, "eval_loss"), linestyle="--", color=line.get_color(), label=f"{name} eval")
-        top1_ax.plot(*_series(rows, "eval_top1"), marker=".", color=line.get_color(), label=name)
-        lr_ax.plot(*_series(rows, "lr"), color=line.get_color(), label=name)
-    for axis, title in ((loss_ax, "loss"), (top1_ax, "eval top-1 (%)"), (lr_ax, "learning rate")):
+        colour = line.get_color()
+        loss_ax.plot(*_series(rows, "eval_loss"), linestyle="--", color=colour, label=f"{name} eval")
+        top_ax.plot(*_series(rows, "eval_top1"), marker=".", color=colour, label=f"{name} top-1")
+        top_ax.plot(*_series(rows, "eval_top5"), linestyle=":", color=colour, label=f"{name} top-5")
+        lr_ax.plot(*_series(rows, "lr"), color=colour, label=name)
+        best = best_epoch(run, rows)
+        if best is not None:
+            epochs, top1 = _series(rows, "eval_top1")
+            for axis in (loss_ax, top_ax, lr_ax):
+                axis.axvline(best, color=colour, linestyle=":", linewidth=0.8, alpha=0.7)
+            if best in epochs:
+                value = top1[epochs.index(best)]
+                top_ax.plot([best], [value], marker="*", markersize=12, color=colour, linestyle="none",
+                            label=f"{name} best: epoch {best}, top-1 {value:.2f}")  # fmt: skip
+    for axis, title in ((loss_ax, "loss"), (top_ax, "eval top-1 and top-5 (%)"), (lr_ax, "learning rate")):
         axis.set_title(title)
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

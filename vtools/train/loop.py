@@ -122,6 +122,21 @@ class TrainComponents:
         return self.loss_fn(self.model(images), targets)
 
 
+@dataclass(frozen=True)
+class LogPoint:
+    """A log step's figures: the loss is the mean over the log window (one sync, which the log step makes
+    anyway); ``step`` counts the epoch's steps done, from ``first_step`` where a resumed epoch began."""
+
+    epoch: int
+    step: int
+    steps: int
+    first_step: int
+    num_updates: int
+    loss: float
+    lr: float
+    images_per_second: float
+
+
 @dataclass
 class EpochResult:
     loss: float
@@ -174,15 +189,13 @@ def train_one_epoch(
     show_progress: bool = True,
     start_step: int = 0,
     carried: tuple[float, int] = (0.0, 0),
-    on_log: Callable[[int, float, float, float], None] | None = None,
+    on_log: Callable[[LogPoint], None] | None = None,
 ) -> tuple[EpochResult, int]:
     """Train for one epoch (or until a stop is agreed at an update boundary).
 
     ``start_step`` and ``carried`` (this rank's loss sum and sample count before
     the interruption) continue an epoch that a checkpoint interrupted, so its
-    loss still covers the whole epoch. ``on_log(num_updates, loss, lr, img/s)``
-    receives each log step's figures (the window's mean loss: one sync, which
-    the log step makes anyway).
+    loss still covers the whole epoch. ``on_log`` receives each log step's figures.
     """
     model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
     model.train()
@@ -227,7 +240,9 @@ def train_one_epoch(
             images_per_second = samples / (time.perf_counter() - start)
             bar.set_postfix(loss=f"{window_loss:.4f}", lr=f"{lr:.3g}", img_s=f"{images_per_second:.1f}")
             if on_log is not None:
-                on_log(num_updates, window_loss, lr, images_per_second)
+                on_log(
+                    LogPoint(epoch, step + 1, total_steps, start_step, num_updates, window_loss, lr, images_per_second)
+                )
             filled, window_start = 0, step + 1
         if stop is not None and is_update and stop.agreed(num_updates):
             interrupted = True
