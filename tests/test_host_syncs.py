@@ -20,6 +20,7 @@ from tests.conftest import load_emulated_npu
 from vtools.commands import train
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.evaluation.loops import evaluate, predict
+from vtools.evaluation.predictions import PredictionLog
 from vtools.runtime.amp import resolve_amp
 from vtools.train import recipe
 from vtools.train.loop import TrainComponents, train_one_epoch
@@ -117,6 +118,20 @@ def test_validation_makes_no_per_batch_syncs() -> None:
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     amp = resolve_amp(NPU, False)
     counts = [syncs(lambda n=n: evaluate(model, device_loader(n), NPU, amp, show_progress=False)) for n in (4, 8)]
+    assert counts[0] == counts[1], counts
+
+
+def test_class_report_predictions_make_no_per_batch_syncs() -> None:
+    """The class report's per-sample outcomes stay on the device until one gather at the end."""
+    model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
+    amp = resolve_amp(NPU, False)
+
+    def validate_and_gather(batches: int) -> None:
+        log = PredictionLog()
+        evaluate(model, device_loader(batches), NPU, amp, show_progress=False, on_logits=log.add)
+        assert len(log.gather(NPU)) == batches * len(next(iter(device_loader(1))).targets)
+
+    counts = [syncs(lambda n=n: validate_and_gather(n)) for n in (4, 8)]
     assert counts[0] == counts[1], counts
 
 
