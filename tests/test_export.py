@@ -18,7 +18,6 @@ import torch
 from tests.conftest import (
     DEVICE_TYPES,
     REPO,
-    assert_one_line_error,
     assert_usage_error,
     device_flags,
     run_script,
@@ -114,25 +113,52 @@ def test_opset_18_uses_the_torch_export_exporter(tmp_path: Path) -> None:
 
 
 @pytest.mark.cpu_only(reason="export runs on the host")
-def test_a_mismatch_fails_in_one_line_and_leaves_no_file(tmp_path: Path) -> None:
+def test_a_wrong_exported_file_is_refused_and_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter writes another model's weights (a broken export): the check against PyTorch must catch
+    it every time, end the command with one line (exit 3 through the runner), and leave neither the output
+    nor its staging file. A check that always passes fails here; nothing here can skip."""
+    import timm
+
+    from vtools.commands import export as command
+    from vtools.errors import RunFailed
+
+    real_write = command.write_onnx
+
+    def write_another_model(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
+        torch.manual_seed(1234)
+        real_write(timm.create_model("test_resnet", num_classes=10).eval(), example, path, opset)
+
+    monkeypatch.setattr(command, "write_onnx", write_another_model)
     out = tmp_path / "never.onnx"
-    proc = _export(
-        "test_vit",
-        "--num-classes",
-        "10",
-        "--data",
-        str(SHIPPED_VAL),
-        "--output",
-        str(out),
-        "--atol",
-        "0",
-        "--rtol",
-        "0",
-    )
-    if proc.returncode == 0:
-        pytest.skip("onnxruntime matched PyTorch bit for bit: no mismatch to report")
-    assert_one_line_error(proc, 3, "does not match PyTorch", "nothing written")
+    torch.manual_seed(0)
+    argv = ["test_resnet", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out)]
+    with pytest.raises(RunFailed) as failure:
+        command.main([*argv, "--check-images", "4"])
+    assert "does not match PyTorch" in str(failure.value) and "nothing written" in str(failure.value)
+    assert "\n" not in str(failure.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cpu_only(reason="export runs on the host")
+def test_the_parity_check_measures_the_difference(tmp_path: Path) -> None:
+    """compare() on the model's own export: logits equal within float noise, same top-5; on another
+    model's export: the difference is the one PyTorch computes between the two models."""
+    import timm
+
+    from vtools.deploy.export import compare, write_onnx
+
+    torch.manual_seed(0)
+    model, other = (timm.create_model("test_resnet", num_classes=10).eval() for _ in range(2))
+    images = torch.rand(4, 3, 160, 160)
+    write_onnx(model, images[:2], tmp_path / "own.onnx", 17)
+    write_onnx(other, images[:2], tmp_path / "other.onnx", 17)
+    difference, scale, same_top = compare(model, tmp_path / "own.onnx", images)
+    with torch.no_grad():
+        expected = (model(images) - other(images)).abs().max().item()
+        largest = model(images).abs().max().item()
+    assert difference < 1e-4 and same_top == 1.0 and scale == pytest.approx(largest)
+    difference, _, _ = compare(model, tmp_path / "other.onnx", images)
+    assert difference == pytest.approx(expected, rel=1e-3)
 
 
 @pytest.mark.cpu_only(reason="input checks")

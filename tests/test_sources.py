@@ -396,8 +396,6 @@ def test_sigterm_mid_epoch_on_shards_resumes_exactly(stores: dict[str, Path], tm
             break
     os.killpg(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=300)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before the signal arrived")
     assert proc.returncode == 143, stderr
     resumed = run_script(args)
     assert resumed.returncode == 0, resumed.stderr

@@ -170,8 +170,6 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
     os.killpg(proc.pid, signal.SIGTERM)  # the whole process group, loader workers too, as a scheduler does
     stdout, stderr = proc.communicate(timeout=300)
     assert "killed by signal" not in stderr
-    if proc.returncode == 0:
-        pytest.skip("the run finished before the signal arrived")
     assert proc.returncode == 143, stderr
     # mid-epoch as a rule; right at the epoch's end when the signal lands before the loop's next check
     assert "SIGTERM: saved a resumable checkpoint" in stdout or "SIGTERM: stopping after epoch 0" in stdout, stdout
@@ -234,8 +232,6 @@ def test_dead_loader_worker_is_a_runtime_failure(device_type: str, fashion4: Pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     completed = subprocess.CompletedProcess(args, proc.returncode, "", proc.stderr.read())
-    if completed.returncode == 0:
-        pytest.skip("the run finished before the worker was killed")
     assert_one_line_error(completed, 3, "a data-loader worker died", "DataLoader worker (pid", "--workers")
     state = torch.load(tmp_path / "crashed" / "last.pth.tar", map_location="cpu", weights_only=True)
     assert state["epoch"] >= 1

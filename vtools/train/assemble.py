@@ -116,6 +116,16 @@ class Loaders:
         return (len(self.train) + grad_accum_steps - 1) // grad_accum_steps
 
 
+def train_sampler(length: int, args: argparse.Namespace, dist_info: DistInfo) -> EpochSampler:
+    """This rank's share of each epoch's seeded order (--aug-repeats: timm's repeated order)."""
+    return EpochSampler(length, args.seed, dist_info.rank, dist_info.world_size, repeats=args.aug_repeats)
+
+
+def validation_sampler(length: int, dist_info: DistInfo) -> ShardSampler:
+    """This rank's share of the validation set: every sample on exactly one rank."""
+    return ShardSampler(length, dist_info.rank, dist_info.world_size)
+
+
 def build_loaders(
     args: argparse.Namespace,
     model: torch.nn.Module,
@@ -142,7 +152,7 @@ def build_loaders(
     )
     val_set = val_source.images(eval_transform(data_config), mode)
     channels_last = use_channels_last(args.channels_last, model, device)
-    sampler = EpochSampler(len(train_set), args.seed, dist_info.rank, dist_info.world_size, repeats=args.aug_repeats)
+    sampler = train_sampler(len(train_set), args, dist_info)
     if len(sampler.order) < args.batch_size:
         raise UsageError(
             f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images per process"
@@ -165,7 +175,7 @@ def build_loaders(
         data_config,
         channels_last,
         bad_image_handler(args.on_bad_image, []),
-        sampler=ShardSampler(len(val_set), dist_info.rank, dist_info.world_size),
+        sampler=validation_sampler(len(val_set), dist_info),
         persistent=True,
         keep_bytes=KEEP_VALIDATION_BYTES if keep_decoded else 0,
         dtype=dtype,
