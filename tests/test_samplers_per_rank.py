@@ -83,3 +83,46 @@ def test_validation_shares_hold_every_sample_once(world: int, length: int) -> No
     flat = list(itertools.chain(*indices))
     assert sorted(flat) == list(range(length))
     assert max(map(len, indices)) - min(map(len, indices)) <= 1
+
+
+def test_sample_seeds_are_fixed_by_run_epoch_index_and_copy() -> None:
+    """A sample's augmentation seed is a function of (run seed, epoch, index, copy): the same on a resume,
+    different for every other sample, epoch, copy and run; the run seed counts modulo 2**32 as numpy's."""
+    from vtools.data.sampling import sample_seed
+
+    first = sample_seed(7, 1, 5)
+    assert first == sample_seed(7, 1, 5) == sample_seed(7, 1, 5, 0)
+    seeds = {sample_seed(7, epoch, index, copy) for epoch in range(3) for index in range(5) for copy in range(3)}
+    assert len(seeds) == 45
+    assert all(0 <= seed < 2**63 for seed in seeds) and max(seeds) >= 2**40  # 63 bits, used
+    assert sample_seed(8, 1, 5) != first and sample_seed(7 + 2**32, 1, 5) == first
+
+
+def test_a_sampler_without_ranks_is_the_whole_shuffled_set_from_epoch_0() -> None:
+    """Defaults: one process, no repeats, epoch 0 before any set_epoch, nothing skipped."""
+    from vtools.data.sampling import EpochSampler
+
+    sampler = EpochSampler(20, seed=3)
+    keys = list(sampler)
+    assert len(keys) == len(sampler) == 20 and {epoch for epoch, _ in keys} == {0}
+    indices = [index for _, index in keys]
+    assert sorted(indices) == list(range(20)) and indices != list(range(20))  # all of them, shuffled
+    assert indices != [index for _, index in EpochSampler(20, seed=4)]  # the run's seed sets the order
+
+
+@pytest.mark.parametrize("repeats", [0, 3])
+def test_a_resumed_epoch_skips_exactly_what_was_trained(repeats: int) -> None:
+    """set_epoch(e, skip_samples=k) continues epoch e after its first k samples, keys and all."""
+    args = argparse.Namespace(seed=7, aug_repeats=repeats)
+    whole = train_sampler(30, args, DistInfo(1, 2))
+    whole.set_epoch(2)
+    resumed = train_sampler(30, args, DistInfo(1, 2))
+    resumed.set_epoch(2, skip_samples=4)
+    keys = list(resumed)
+    assert keys == list(whole)[4:] and len(resumed) == len(keys) and {key[0] for key in keys} == {2}
+
+
+def test_repeated_order_is_shuffled() -> None:
+    keys = list(itertools.chain(*shares(40, 2, 0, repeats=2)))
+    runs = [index for index, _ in itertools.groupby(i for _, i, _ in sorted(keys, key=lambda key: key[2]))]
+    assert runs != sorted(runs)

@@ -90,17 +90,16 @@ class EpochSampler(Sampler[tuple[int, ...]]):
         seed: int,
         rank: int = 0,
         world_size: int = 1,
-        shuffle: bool = True,
         repeats: float = 0,
     ) -> None:
         self.order: Sampler[int]
         if repeats:
             self.order = RepeatAugSampler(
-                range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, num_repeats=repeats
+                range(length), num_replicas=world_size, rank=rank, shuffle=True, num_repeats=repeats
             )
         else:
             self.order = DistributedSampler(
-                range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True
+                range(length), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
             )
         self.rank, self.world_size, self.repeats = rank, world_size, repeats
         self.epoch = 0

@@ -1,0 +1,126 @@
+"""The label each reader hands the loader, in process: tar shards (a .cls member, or only a .json one) and
+parquet tables (a ClassLabel column) written here with webdataset's and datasets' own writers, read back
+through ``open_source`` as train.py and validate.py open them, sample by sample, against the labels written.
+Out-of-range labels stop with one line naming the row; -1 (unlabelled) passes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vtools.data.decode import BadSample
+from vtools.data.readers.registry import SourceRequest, open_source
+from vtools.errors import UsageError
+
+pytestmark = pytest.mark.cpu_only(reason="readers run on the host")
+
+LABELS = [2, 0, 1, 1, 2, 0, 2]  # every class, out of order, across two shards
+NAMES = ["cat", "dog", "fox"]
+
+
+def png(value: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), (value * 40, 10, 20)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_shards(root: Path, members: str) -> Path:
+    """Two shards of LABELS in timm's layout; ``members`` "cls" writes .cls, "json" only .json labels."""
+    from webdataset import TarWriter
+
+    root.mkdir(parents=True)
+    filenames, lengths = [], []
+    for shard, start in enumerate((0, 4)):
+        chunk = LABELS[start : start + 4]
+        filenames.append(f"set-validation-{shard:02d}.tar")
+        lengths.append(len(chunk))
+        with TarWriter(str(root / filenames[-1])) as writer:
+            for offset, label in enumerate(chunk):
+                sample = {"__key__": f"s{start + offset:03d}", "png": png(start + offset)}
+                if members == "cls":
+                    sample["cls"] = str(label).encode()
+                else:
+                    sample["json"] = json.dumps({"label": label}).encode()
+                writer.write(sample)
+    split = {"name": "validation", "num_samples": len(LABELS), "filenames": filenames, "shard_lengths": lengths}
+    (root / "_info.json").write_text(json.dumps({"name": "set", "splits": {"validation": split}}))
+    return root
+
+
+def labels_read(source) -> list[int]:
+    found = []
+    for index in range(len(source)):
+        sample = source.samples.locate(index)
+        assert not isinstance(sample, BadSample), sample
+        found.append(sample.label)
+    return found
+
+
+@pytest.mark.parametrize("members", ["cls", "json"])
+def test_shard_labels_are_the_labels_written(members: str, tmp_path: Path) -> None:
+    root = write_shards(tmp_path / "set", members)
+    source = open_source(SourceRequest("wds/set", str(root), "validation"))
+    assert len(source) == len(LABELS)
+    assert labels_read(source) == LABELS
+    assert [source.samples.name(i).rsplit(":", 1)[1] for i in (0, 4, 6)] == ["s000", "s004", "s006"]
+
+
+def write_table(root: Path, labels: list[int], names: list[str] | None = NAMES) -> Path:
+    datasets = pytest.importorskip("datasets")
+    label = datasets.ClassLabel(names=names) if names else datasets.Value("int64")
+    features = datasets.Features({"image": datasets.Image(), "label": label})
+    (root / "data").mkdir(parents=True)
+    table = datasets.Dataset.from_dict(
+        {"image": [{"bytes": png(i), "path": f"{i}.png"} for i in range(len(labels))], "label": labels},
+        features=features,
+    )
+    table.to_parquet(str(root / "data" / "validation-00000-of-00001.parquet"))
+    return root
+
+
+def test_table_labels_are_the_labels_written(tmp_path: Path) -> None:
+    root = write_table(tmp_path / "set", LABELS)
+    source = open_source(SourceRequest("hfds/set", str(root), "validation"))
+    assert source.classes == NAMES
+    assert labels_read(source) == LABELS
+
+
+def test_table_labels_below_minus_one_stop_in_one_line(tmp_path: Path) -> None:
+    """(datasets itself refuses to write a ClassLabel beyond its names, so that case cannot be stored.)"""
+    write_table(tmp_path / "set", [0, 1, -2, 1], None)
+    with pytest.raises(UsageError) as error:
+        open_source(SourceRequest("hfds/set", str(tmp_path / "set"), "validation"))
+    assert all(word in str(error.value) for word in ("label -2", "row 2", "class indices from 0"))
+    assert "\n" not in str(error.value)
+
+
+def test_unlabelled_table_rows_pass_as_minus_one(tmp_path: Path) -> None:
+    root = write_table(tmp_path / "set", [0, -1, 2], None)
+    assert labels_read(open_source(SourceRequest("hfds/set", str(root), "validation"))) == [0, -1, 2]
+
+
+def test_synset_folders_map_to_imagenet_indices_only_for_1000_outputs() -> None:
+    from timm.data import ImageNetInfo
+
+    from vtools.data.readers.folder import imagenet_class_map
+
+    synsets = list(ImageNetInfo().label_names())
+    chosen = [synsets[417], synsets[0], synsets[999]]
+    assert imagenet_class_map(chosen, 1000) == {chosen[0]: 417, chosen[1]: 0, chosen[2]: 999}
+    assert imagenet_class_map(chosen, 10) is None  # another label space: folder order applies
+    assert imagenet_class_map([*chosen, "cat"], 1000) is None  # not all synsets
+    assert imagenet_class_map([], 1000) is None
+
+
+def test_class_map_file_gives_line_numbers(tmp_path: Path) -> None:
+    from vtools.data.readers.folder import read_class_map
+
+    path = tmp_path / "classes.txt"
+    path.write_text("dog\n\ncat  extra words\nfox\n", encoding="utf-8")
+    assert read_class_map(path) == {"dog": 0, "cat": 1, "fox": 2}
+    with pytest.raises(UsageError, match="--class-map .*nope.txt does not exist"):
+        read_class_map(tmp_path / "nope.txt")

@@ -1,0 +1,174 @@
+"""The mutation score of the code that decides the numbers a user reads, measured with mutmut.
+
+    python3 tools/mutation_score.py --run --min 90   # mutmut on SCOPE (fast tier), then the table; exit 1 under 90 %
+    python3 tools/mutation_score.py --survivors      # the table again, and the survivors, from mutants/
+
+GROUPS names the functions (mutmut's mutant-name patterns, in the files pyproject.toml's [tool.mutmut] lists):
+top-k and the metrics, the class report, the per-sample outcomes and their gather, the training and
+validation samplers, the training step, the export's parity check, and the readers'
+labels. Each mutant faces the fast-tier test files pyproject.toml lists (mutmut runs only the tests that reach
+the mutated function). Left out: the schedule driver and the checkpoint and resume state, whose tests are
+whole training runs (in process against timm's schedules; the slow tier's exact resume), about a minute per
+surviving mutant on this machine.
+
+A mutant is killed when a test failed (or ran past mutmut's timeout: the change hung the code); it survived
+when every test passed. Equivalent mutants (a change no test can observe, since the behaviour is the same)
+are listed with their reason in tests/data/mutation_equivalents.txt and leave the denominator; any other
+survivor, and any mutant no test reaches, counts against the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+C = "\u01c1"  # mutmut's separator between a class and its method in mutant names
+SAMPLE = "[05]"  # mutant numbers ending in 0 or 5: one in five, for the largest functions
+GROUPS = {  # run in this order: what decides reported numbers first
+    "top-k, metrics, samplers": [
+        "vtools.evaluation.loops.x_topk_correct__mutmut_*",
+        "vtools.evaluation.metrics.x_averaged_scores__mutmut_*",
+        "vtools.evaluation.metrics.x__ratio__mutmut_*",
+        "vtools.evaluation.metrics.x_per_class_scores__mutmut_*",
+        f"vtools.evaluation.metrics.x{C}ClassCounts{C}*",
+        f"vtools.data.sampling.x{C}EpochSampler{C}*",
+        "vtools.data.sampling.x_sample_seed__mutmut_*",
+        f"vtools.runtime.distributed.x{C}ShardSampler{C}*",
+        "vtools.runtime.distributed.x_gather_rows__mutmut_*",
+        "vtools.runtime.distributed.x_all_reduce_sum__mutmut_*",
+    ],
+    "export parity, readers' labels": [
+        "vtools.deploy.export.x_compare__mutmut_*",
+        "vtools.data.readers.wds.x__label_of__mutmut_*",
+        f"vtools.data.readers.wds.x{C}ShardSamples{C}locate__mutmut_*{SAMPLE}",
+        f"vtools.data.readers.hfds.x__check_labels__mutmut_*{SAMPLE}",
+        f"vtools.data.readers.hfds.x{C}TableSamples{C}locate__mutmut_*",
+        "vtools.data.readers.folder.x_read_class_map__mutmut_*",
+        "vtools.data.readers.folder.x_imagenet_class_map__mutmut_*",
+    ],
+    "training step": [
+        "vtools.train.loop.x_accumulation_divisor__mutmut_*",
+        "vtools.train.loop.x__optimizer_step__mutmut_*",
+        "vtools.train.loop.x__check_finite__mutmut_*",
+        f"vtools.train.loop.x{C}TrainComponents{C}loss__mutmut_*",
+    ],
+    "class report, outcomes, epoch loop (one in five)": [
+        f"vtools.evaluation.class_report.*__mutmut_*{SAMPLE}",
+        f"vtools.evaluation.predictions.x{C}PredictionLog{C}*{SAMPLE}",
+        f"vtools.train.loop.x_train_one_epoch__mutmut_*{SAMPLE}",
+    ],
+}
+SCOPE = [pattern for patterns in GROUPS.values() for pattern in patterns]
+EQUIVALENTS = ROOT / "tests" / "data" / "mutation_equivalents.txt"
+KILLED = {1, 3, 36, 24, -24, 152, 255}  # a test failed, or the mutant hung (timeout)
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+def read_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
+    """mutant name -> why it is equivalent, from lines ``name  # reason``."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, reason = line.partition("#")
+            found[name.strip()] = reason.strip()
+    return found
+
+
+def in_scope(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SCOPE)
+
+
+def read_results(mutants: Path) -> dict[str, dict[str, int | None]]:
+    """module path -> {mutant name: mutmut exit code} for the mutants in SCOPE."""
+    results = {}
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        module = meta.relative_to(mutants).as_posix().removesuffix(".meta")
+        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        results[module] = {name: code for name, code in codes.items() if in_scope(name)}
+    return results
+
+
+def score_rows(results: dict[str, dict[str, int | None]], equivalents: dict[str, str]) -> list[dict[str, object]]:
+    rows = []
+    for module, codes in results.items():
+        if not codes:
+            continue
+        counts = Counter()
+        for name, code in codes.items():
+            if name in equivalents:
+                counts["equivalent"] += 1
+            elif code in KILLED:
+                counts["killed"] += 1
+            elif code in SURVIVED:
+                counts["survived"] += 1
+            elif code in NO_TESTS:
+                counts["no tests"] += 1
+            elif code is None:
+                counts["not run"] += 1
+            else:
+                counts["other"] += 1
+        judged = len(codes) - counts["equivalent"] - counts["not run"]
+        score = 100 * counts["killed"] / judged if judged else 100.0
+        rows.append({"module": module, "mutants": len(codes), **counts, "score": score})
+    return rows
+
+
+def survivors(results: dict[str, dict[str, int | None]], equivalents: dict[str, str]) -> list[str]:
+    return [
+        name
+        for codes in results.values()
+        for name, code in codes.items()
+        if name not in equivalents and (code in SURVIVED or code in NO_TESTS)
+    ]
+
+
+def markdown(rows: list[dict[str, object]]) -> str:
+    columns = ["module", "mutants", "killed", "survived", "no tests", "equivalent", "not run", "score"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [f"`{row['module']}`"] + [str(row.get(c, 0)) for c in columns[1:-1]] + [f"{row['score']:.1f} %"]
+        lines.append("| " + " | ".join(cells) + " |")
+    total = Counter()
+    for row in rows:
+        total.update({k: v for k, v in row.items() if isinstance(v, int)})
+    judged = total["mutants"] - total["equivalent"] - total["not run"]
+    overall = 100 * total["killed"] / judged if judged else 100.0
+    cells = ["**all**"] + [str(total.get(c, 0)) for c in columns[1:-1]] + [f"**{overall:.1f} %**"]
+    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mutants", default=str(ROOT / "mutants"), help="mutmut's folder (default: ./mutants)")
+    parser.add_argument("--min", type=float, default=0.0, help="exit 1 when the overall score is below this")
+    parser.add_argument("--survivors", action="store_true", help="list the survivors that count against the score")
+    parser.add_argument("--run", action="store_true", help="run mutmut on SCOPE first (about 45 mutants a minute)")
+    args = parser.parse_args(argv)
+    for group, patterns in GROUPS.items() if args.run else ():
+        print(f"mutmut: {group}", flush=True)
+        subprocess.run(["mutmut", "run", "--max-children", str(os.cpu_count() or 1), *patterns], cwd=ROOT, check=False)
+    results = read_results(Path(args.mutants))
+    if not results:
+        print(f"no mutmut results in {args.mutants}: run `mutmut run` first", file=sys.stderr)
+        return 2
+    equivalents = read_equivalents()
+    rows = score_rows(results, equivalents)
+    print(markdown(rows))
+    if args.survivors:
+        print("\n".join(survivors(results, equivalents)))
+    killed = sum(int(r.get("killed", 0)) for r in rows)
+    judged = sum(int(r["mutants"]) - int(r.get("equivalent", 0)) - int(r.get("not run", 0)) for r in rows)
+    return 1 if judged and 100 * killed / judged < args.min else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
