@@ -33,14 +33,16 @@ SAMPLES = 500
 
 
 def logits_and_targets(seed: int = 0, num_classes: int = NUM_CLASSES, samples: int = SAMPLES):
-    """Logits that are right about half the time; class 11 is never a label and class 10 never predicted,
-    so zero divisions happen; some labels sit exactly at rank 5 and 6 (the top-5 boundary)."""
+    """Logits that are right about half the time; class 10 is never predicted and the last class is neither
+    a label nor a prediction, so zero divisions happen and averages must leave that class out; some labels
+    sit exactly at rank 5 and 6 (the top-5 boundary)."""
     generator = torch.Generator().manual_seed(seed)
     targets = torch.randint(0, num_classes - 1, (samples,), generator=generator)
     logits = torch.randn(samples, num_classes, generator=generator)
     lucky = torch.rand(samples, generator=generator) < 0.5
     logits[lucky, targets[lucky]] += 3.0
     logits[:, 10] -= 20.0  # never the argmax
+    logits[:, num_classes - 1] -= 20.0  # never the argmax, and never a label
     for row, rank in ((0, 4), (1, 5), (2, 5), (3, 6)):  # 0-based: the label ranked 5th, 6th, 6th, 7th
         order = logits[row].argsort(descending=True)
         order = order[order != targets[row]]
@@ -83,6 +85,10 @@ def test_report_equals_scikit_learn(device: torch.device) -> None:
         got = [report.overall[f"{average}_{key}"] for key in ("precision", "recall", "f1_score")]
         np.testing.assert_allclose(got, 100 * np.array(reference), atol=1e-4, err_msg=average)
         assert got == list(counts.row(average).values())
+    micro = precision_recall_fscore_support(y_true, y_pred, average="micro", zero_division=0)[:3]
+    np.testing.assert_allclose(list(counts.row("micro").values()), 100 * np.array(micro), atol=1e-4)
+    with pytest.raises(ValueError, match="unknown average 'median': use one of micro, macro, weighted"):
+        counts.row("median")
     assert report.overall["top1"] == pytest.approx(100 * (y_pred == y_true).mean(), abs=1e-4)
     assert report.overall["top5"] == pytest.approx(
         100 * top_k_accuracy_score(y_true, scores, k=5, labels=labels), abs=1e-4
