@@ -212,3 +212,17 @@ def test_compare_reports_class_by_class(tmp_path: Path, capsys: pytest.CaptureFi
     text = capsys.readouterr().out
     assert f"B against A: improved {gains[-1][1]} +" in text and {gains[-1][1], gains[-2][1]} == {"c3", "c7"}
     assert "worsened none" in text
+
+
+@pytest.mark.cpu_only(reason="names and host arrays")
+def test_a_run_with_more_outputs_than_classes_reports_every_output() -> None:
+    """--num-classes above the data's class count: predictions may land on the extra outputs, which the
+    run's report names by index (a report over the data's classes alone would misfile them)."""
+    from vtools.commands.train import output_names
+
+    names = output_names(["cat", "dog"], 4)
+    assert names == ["cat", "dog", "2", "3"]
+    logits = torch.tensor([[0.0, 0.0, 0.0, 5.0], [5.0, 0.0, 0.0, 0.0]])
+    report = build_report(collect(logits, torch.tensor([0, 1]), torch.device("cpu")), names)
+    assert [p["predicted"] for p in report.mistakes] == ["3", "cat"]
+    assert report.confusion.dense().tolist() == [[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]

@@ -298,7 +298,7 @@ def run_training(
                     claim.wrote(out_dir / "summary.csv", created=not (out_dir / "summary.csv").exists())
                     write_rows(out_dir / "summary.csv", summary_rows, "csv")
                     if best and gathered is not None:
-                        write_eval_report(claim, gathered, classes, val_source, epoch)
+                        write_eval_report(claim, gathered, output_names(classes, num_classes), val_source, epoch)
                 scalars.epoch(summary_rows[-1])
                 say(epoch_line(epoch, result, metrics, best, clock.since_epoch_start))
                 verdict = data_wait.epoch(epoch, result.data_wait)
@@ -389,6 +389,12 @@ def final_summary(claim: FolderClaim, clock: RunClock, epochs: int, data_wait: D
     line += ", ".join(names)
     reminder = data_wait.summary()
     return [line, reminder] if reminder else [line]
+
+
+def output_names(classes: list[str], num_classes: int) -> list[str]:
+    """A name for every output: the data's class names, then the index of any output beyond them
+    (--num-classes above the data's class count)."""
+    return classes + [str(index) for index in range(len(classes), num_classes)]
 
 
 def write_eval_report(
