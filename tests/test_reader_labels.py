@@ -124,3 +124,32 @@ def test_class_map_file_gives_line_numbers(tmp_path: Path) -> None:
     assert read_class_map(path) == {"dog": 0, "cat": 1, "fox": 2}
     with pytest.raises(UsageError, match="--class-map .*nope.txt does not exist"):
         read_class_map(tmp_path / "nope.txt")
+
+
+def test_table_rows_without_label_or_image_come_as_bad_samples_and_paths_as_paths(tmp_path: Path) -> None:
+    """A row whose label is missing or whose image is empty is a bad sample naming the column (the loader
+    skips or stops on it, --on-bad-image); an image stored as a path is read from that path."""
+    datasets = pytest.importorskip("datasets")
+
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png(1))
+    features = datasets.Features({"image": datasets.Image(decode=False), "label": datasets.Value("int64")})
+    rows = {
+        "image": [
+            {"bytes": png(0), "path": None},
+            {"bytes": None, "path": str(picture)},
+            None,
+            {"bytes": png(2), "path": None},
+        ],
+        "label": [1, 2, 0, None],
+    }
+    (tmp_path / "set" / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(
+        str(tmp_path / "set" / "data" / "validation-00000-of-00001.parquet")
+    )
+    source = open_source(SourceRequest("hfds/set", str(tmp_path / "set"), "validation"))
+    first, second, third, fourth = (source.samples.locate(i) for i in range(4))
+    assert first.label == 1 and first.image == png(0) and first.name == source.samples.name(0)
+    assert second.label == 2 and second.image == str(picture) and second.name == str(picture)
+    assert isinstance(third, BadSample) and "no image in column 'image'" in third.reason
+    assert isinstance(fourth, BadSample) and "no label in column 'label'" in fourth.reason
