@@ -353,14 +353,14 @@ def finish_run(
 
 def loader_setting(args: argparse.Namespace, runtime: Runtime, loaders: Loaders, source: Source) -> LoaderSetting:
     """What the data-wait advice depends on, for this run."""
-    paths = [str(path) for path in getattr(source.samples, "paths", [])]
+    paths = getattr(source.samples, "paths", [])  # a few spread over the set, not a copy of a million names
     return LoaderSetting(
         runtime.budget,
         workers_given=args.workers is not None,
         from_files=not args.dataset,
         data_path=args.data_dir or "",
         img_size=int(loaders.data_config["input_size"][-1]),
-        sample_files=tuple(paths[:: max(1, len(paths) // 8)][:8]),
+        sample_files=tuple(str(path) for path in paths[:: max(1, len(paths) // 8)][:8]),
     )
 
 

@@ -176,7 +176,7 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
     count = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=tensor.device)
     counts = [torch.zeros_like(count) for _ in range(world)]
     dist.all_gather(counts, count)
-    sizes = [int(c.item()) for c in counts]
+    sizes = torch.cat(counts).tolist()  # one copy to the host for all ranks' counts
     padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
     padded[: tensor.shape[0]] = tensor
     pieces = [torch.empty_like(padded) for _ in range(world)]
