@@ -37,6 +37,14 @@ def _rank(rank: int, init_file: str, out: str) -> None:
 
 
 def test_gather_rows_and_sums_across_two_processes(tmp_path: Path) -> None:
+    from vtools.runtime.distributed import all_reduce_sum, gather_rows
+
+    # without a process group both are the identity; calling them here also shows mutmut (which records
+    # only this process's calls) that this test reaches them, so their mutants run it: the spawned
+    # ranks inherit the mutant's name and import the same (mutated) package
+    alone = rows_of(0, 3)
+    assert gather_rows(alone) is alone
+    assert torch.equal(all_reduce_sum(torch.tensor([2.0])), torch.tensor([2.0]))
     mp.start_processes(_rank, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)

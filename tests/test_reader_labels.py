@@ -153,3 +153,86 @@ def test_table_rows_without_label_or_image_come_as_bad_samples_and_paths_as_path
     assert second.label == 2 and second.image == str(picture) and second.name == str(picture)
     assert isinstance(third, BadSample) and "no image in column 'image'" in third.reason
     assert isinstance(fourth, BadSample) and "no label in column 'label'" in fourth.reason
+
+
+def write_odd_shards(root: Path, classes: list[str] | None, counts: list[int]) -> Path:
+    """Shard 0 holds six samples, each wrong in one way or right; shard 1 is not a tar. ``counts`` are the
+    split info's sample counts per shard; ``classes`` its class list."""
+    from webdataset import TarWriter
+
+    root.mkdir(parents=True)
+    samples = [
+        {"__key__": "good", "png": png(1), "cls": b"2"},
+        {"__key__": "no-image", "txt": b"words", "cls": b"1"},
+        {"__key__": "no-label", "png": png(2)},
+        {"__key__": "bad-label", "png": png(3), "cls": b"two"},
+        {"__key__": "negative", "png": png(4), "cls": b"-3"},
+        {"__key__": "too-large", "png": png(5), "cls": b"3"},
+        {"__key__": "json-label", "png": png(6), "json": json.dumps({"label": 1, "w": 8}).encode()},
+    ]
+    with TarWriter(str(root / "odd-validation-00.tar")) as writer:
+        for sample in samples:
+            writer.write(sample)
+    (root / "odd-validation-01.tar").write_bytes(b"not a tar file at all" * 40)
+    split = {"name": "validation", "filenames": ["odd-validation-00.tar", "odd-validation-01.tar"]}
+    info = {"name": "odd", "splits": {"validation": {**split, "shard_lengths": counts}}}
+    if classes:
+        info["classes"] = classes
+    (root / "_info.json").write_text(json.dumps(info))
+    return root
+
+
+def outcomes(source) -> list[object]:
+    """Each sample's label, or its BadSample's reason, by index."""
+    found = [source.samples.locate(index) for index in range(len(source))]
+    return [sample.reason if isinstance(sample, BadSample) else sample.label for sample in found]
+
+
+def test_shard_samples_that_cannot_train_come_as_bad_samples_naming_why(tmp_path: Path) -> None:
+    """Each bad sample of a shard is named with its reason (no image, no or unreadable label, a label
+    outside the split info's classes, a shard shorter than the split info says, a damaged tar) and the
+    good ones keep their labels: the loader skips or replaces the bad ones and reports each by name."""
+    root = write_odd_shards(tmp_path / "odd", ["cat", "dog", "fox"], [8, 1])
+    source = open_source(SourceRequest("wds/odd", str(root), "validation"))
+    assert len(source) == 9 and source.classes == ["cat", "dog", "fox"]
+    good, no_image, no_label, bad_label, negative, too_large, json_label, beyond, damaged = outcomes(source)
+    assert (good, json_label) == (2, 1)
+    assert no_image == "no image (.jpg, .jpeg, .png, .webp...) in the sample"
+    assert no_label == bad_label == "no label (.cls) in the sample"  # a label that is not a number: none
+    assert negative == (
+        f"label -3 (.cls) is out of range: labels are class indices 0..2 for the 3 classes of {root / '_info.json'}; "
+        "fix the sample's label or the class list"
+    )
+    assert too_large == negative.replace("label -3", "label 3")
+    assert beyond == "the shard holds 7 samples but the split info says 8 (truncated?)"
+    assert damaged.startswith("damaged tar shard (") and "\n" not in damaged, damaged
+    names = [source.samples.locate(index).path for index in (1, 7, 8)]
+    assert names == [
+        f"{root}/odd-validation-00.tar:no-image",
+        f"{root}/odd-validation-00.tar sample 7",
+        f"{root}/odd-validation-01.tar sample 0",
+    ]
+    assert source.samples.name(7).endswith("odd-validation-00.tar:#7")
+    assert source.samples.name(8).endswith("odd-validation-01.tar:#0")
+
+
+def test_shard_labels_without_a_class_list_only_need_to_be_non_negative(tmp_path: Path) -> None:
+    root = write_odd_shards(tmp_path / "odd", None, [7, 1])
+    found = outcomes(open_source(SourceRequest("wds/odd", str(root), "validation")))
+    assert found[5] == 3
+    assert found[4] == ("label -3 (.cls) is out of range: labels are class indices 0..N-1; fix the sample's label")
+
+
+def test_a_shard_cut_inside_an_image_is_a_bad_sample(tmp_path: Path) -> None:
+    """A tar cut inside its last image (a copy still being written): that sample is named, not read as
+    a short image; the samples before it read whole."""
+    import tarfile
+
+    root = write_shards(tmp_path / "set", "cls")
+    shard = root / "set-validation-00.tar"
+    with tarfile.open(shard) as tar:
+        last = [member for member in tar.getmembers() if member.name.endswith(".png")][-1]
+    shard.write_bytes(shard.read_bytes()[: last.offset_data + 10])
+    samples = open_source(SourceRequest("wds/set", str(root), "validation")).samples
+    assert samples.locate(3) == BadSample(f"{shard}:s003", "the shard ends inside this sample (truncated tar)")
+    assert [samples.locate(index).image for index in range(3)] == [png(index) for index in range(3)]

@@ -105,3 +105,110 @@ def test_a_ranks_own_first_signal_after_an_agreed_stop_asks_for_a_checkpoint(mon
         with pytest.raises(SystemExit) as ended:
             os.kill(os.getpid(), signal.SIGTERM)  # a second one: stop now, with the stop's exit code
         assert ended.value.code == 143
+
+
+# ---------------------------------------------------------------- the optimizer step: GradScaler, clipping
+
+
+def _mlp(device: torch.device) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)).to(device)
+
+
+def _reference_clip(parameters: list[torch.nn.Parameter], mode: str, limit: float) -> None:
+    """timm's train.py's clipping, through torch's and timm's own functions (not dispatch_clip_grad)."""
+    from timm.utils.agc import adaptive_clip_grad
+
+    if mode == "norm":
+        torch.nn.utils.clip_grad_norm_(parameters, limit)
+    elif mode == "value":
+        torch.nn.utils.clip_grad_value_(parameters, limit)
+    else:
+        adaptive_clip_grad(parameters[:-2], limit)  # timm leaves the classifier unclipped (exclude_head)
+
+
+@pytest.mark.parametrize("mode", ["norm", "value", "agc"])
+@pytest.mark.parametrize("scaled", [False, True], ids=["no-scaler", "grad-scaler"])
+def test_clipping_applies_to_the_true_gradients(device: torch.device, mode: str, scaled: bool) -> None:
+    """--clip-grad clips the gradients of the loss itself: with a GradScaler they are unscaled first, so the
+    update equals an fp32 SGD step clipped by torch's (or timm's, for agc) own function."""
+    limit = 0.01
+    model = _mlp(device)
+    reference, unclipped = copy.deepcopy(model), copy.deepcopy(model)
+    batch = _batches(1, device)
+    parts = _parts(model, device, accum=1)
+    parts.clip_grad, parts.clip_mode = limit, mode
+    parts.scaler = resolve_amp(device, True, "float16").grad_scaler() if scaled else None
+    train_one_epoch(parts, batch, epoch=0, num_updates=0, log_interval=1, show_progress=False)
+    for copy_, clip in ((reference, True), (unclipped, False)):
+        torch.nn.functional.cross_entropy(copy_(batch[0].images), batch[0].targets).backward()
+        if clip:
+            _reference_clip(list(copy_.parameters()), mode, limit)
+        with torch.no_grad():
+            for param in copy_.parameters():
+                param -= param.grad
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.detach().cpu(), theirs.detach().cpu(), rtol=1e-5, atol=1e-6)
+    moved = [(t - f).abs().max().item() for t, f in zip(reference.parameters(), unclipped.parameters())]
+    assert max(moved) > 1e-4  # the limit bites: a step that ignored it would differ
+
+
+def test_an_overflowing_update_is_skipped_and_counted(device: torch.device) -> None:
+    """With a GradScaler, an update whose scaled gradients overflow is skipped (weights unchanged, gradients
+    cleared) and counted in skipped_updates; the updates around it are plain SGD steps."""
+    model = _mlp(device)
+    reference = copy.deepcopy(model)
+    batches = _batches(3, device)
+    huge = batches[1].images * 1e35  # finite logits and loss; times the scale, the gradient overflows fp32
+    batches[1] = Batch(huge, batches[1].targets, batches[1].indices)
+    parts = _parts(model, device, accum=1)
+    parts.scaler = resolve_amp(device, True, "float16").grad_scaler()
+    scale = parts.scaler.get_scale()
+    result, updates = train_one_epoch(parts, batches, epoch=0, num_updates=0, log_interval=3, show_progress=False)
+    assert (result.skipped_updates, updates) == (1, 3)
+    assert parts.scaler.get_scale() < scale  # the scaler backed off
+    _big_batch_step(reference, batches[:1])
+    _big_batch_step(reference, batches[2:])
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.detach().cpu(), theirs.detach().cpu(), rtol=1e-5, atol=1e-6)
+    assert all(param.grad is None for param in model.parameters())
+    plain, _ = train_one_epoch(parts, batches[:1], epoch=1, num_updates=3, log_interval=1, show_progress=False)
+    assert plain.skipped_updates == 0
+
+
+def test_a_training_task_computes_the_loss(device: torch.device) -> None:
+    """With a task (distillation), the step's loss and its gradients are the task's, not loss_fn's."""
+    model = _mlp(device)
+    reference = copy.deepcopy(model)
+    batches = _batches(2, device)
+
+    class DoubledLoss:
+        def __call__(self, images: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"loss": 2 * torch.nn.functional.cross_entropy(model(images), targets), "output": images}
+
+    parts = _parts(model, device, accum=1)
+    parts.task = DoubledLoss()
+    result, _ = train_one_epoch(parts, batches[:1], epoch=0, num_updates=0, log_interval=1, show_progress=False)
+    expected = 2 * torch.nn.functional.cross_entropy(reference(batches[0].images), batches[0].targets)
+    assert result.loss == pytest.approx(expected.item(), rel=1e-5)
+    expected.backward()
+    with torch.no_grad():
+        for ours, param in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.detach(), param - param.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_loss_names_its_value_epoch_and_step(device: torch.device, bad: float) -> None:
+    """Training stops at the first non-finite loss with one line naming the value, the epoch and the step
+    (counted over the whole epoch, also when the log window and a resumed epoch start elsewhere)."""
+    from vtools.errors import RunFailed
+
+    model = torch.nn.Linear(FEATURES, CLASSES).to(device)
+    batches = _batches(6, device)
+    batches[4] = Batch(torch.full_like(batches[4].images, bad), batches[4].targets, batches[4].indices)
+    parts = _parts(model, device, accum=1)
+    with pytest.raises(RunFailed) as failed:
+        train_one_epoch(parts, batches[1:], epoch=7, num_updates=0, log_interval=2, show_progress=False, start_step=1)
+    message = str(failed.value)
+    assert "non-finite (nan)" in message and "at epoch 7 step 4;" in message, message
+    assert message.startswith("training stopped:") and "--clip-grad" in message
