@@ -269,6 +269,9 @@ def restore(
     parts.model.load_state_dict(state["state_dict"])
     if resume_optimizer:
         load_optimizer_state(parts.optimizer, state["optimizer"])
+    else:  # a fresh optimizer, at the rate the schedule had reached (not its warmup's first)
+        for group, saved in zip(parts.optimizer.param_groups, state["optimizer"]["param_groups"]):
+            group["lr"] = saved["lr"]
     if parts.scheduler is not None and state.get("scheduler") is not None:
         load_scheduler_state(parts.scheduler, state["scheduler"])
     if resume_optimizer and parts.scaler is not None and state.get("scaler") is not None:
