@@ -95,6 +95,32 @@ def test_report_equals_scikit_learn(device: torch.device) -> None:
     )
 
 
+@pytest.mark.cpu_only(reason="count tables on the host")
+@pytest.mark.parametrize(
+    "y_true, y_pred",
+    [
+        ([0, 1, 1, 3], [0, 1, 2, 2]),  # class 3 labelled once, never predicted; class 2 predicted, never labelled
+        ([1], [1]),  # one sample: the weights sum to 1
+        ([2], [0]),
+        ([0, 0, 0, 4], [0, 4, 4, 1]),  # one prediction of class 1: a denominator of 1
+    ],
+)
+def test_averages_equal_scikit_learn_on_small_tables(y_true: list[int], y_pred: list[int]) -> None:
+    """The averages over the classes that occur, where one sample or one prediction decides: scikit-learn's
+    figures with ``zero_division=0`` (classes 0-5, some never seen, are in the count table)."""
+    from vtools.evaluation.metrics import averaged_scores
+
+    y, p = np.array(y_true), np.array(y_pred)
+    hits = np.bincount(y[y == p], minlength=6)
+    predicted, true = np.bincount(p, minlength=6), np.bincount(y, minlength=6)
+    for average in ("micro", "macro", "weighted"):
+        reference = precision_recall_fscore_support(y, p, average=average, zero_division=0)[:3]
+        np.testing.assert_allclose(averaged_scores(hits, predicted, true, average), reference, err_msg=average)
+    nothing = np.zeros(6, dtype=np.int64)
+    for average in ("micro", "macro", "weighted"):
+        assert averaged_scores(nothing, nothing, nothing, average) == (0.0, 0.0, 0.0)
+
+
 def test_top5_at_the_boundary(device: torch.device) -> None:
     """Labels ranked exactly 5th count for top-5, 6th do not (a top-k off by one shows here)."""
     logits, targets = logits_and_targets()

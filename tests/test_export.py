@@ -164,6 +164,30 @@ def test_the_parity_check_measures_the_difference(tmp_path: Path) -> None:
     assert difference == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.cpu_only(reason="export runs on the host")
+def test_the_same_top5_fraction_counts_images_whose_top5_agree_in_order(tmp_path: Path) -> None:
+    """Three images whose logits are rows of a weight matrix: the export of a second matrix agrees on image
+    0's top 5 but not its 6th, on all of image 1, and on image 2's top 3 but not its 4th: 2 of 3 agree."""
+    from vtools.deploy.export import compare, write_onnx
+
+    ranks = torch.tensor([8.0, 7, 6, 5, 4, 3, 2, 1])
+    ours = torch.stack([ranks, ranks, ranks])
+    theirs = ours.clone()
+    theirs[0, [5, 6]] = theirs[0, [6, 5]]  # the 6th and 7th swap
+    theirs[2, [3, 4]] = theirs[2, [4, 3]]  # the 4th and 5th swap
+    models = []
+    for logits in (ours, theirs):
+        model = torch.nn.Linear(3, 8, bias=False).eval()
+        with torch.no_grad():
+            model.weight.copy_(logits.T)  # image i (one-hot) -> row i
+        models.append(model)
+    images = torch.eye(3)
+    write_onnx(models[1], images[:1], tmp_path / "theirs.onnx", 17)
+    difference, scale, same_top = compare(models[0], tmp_path / "theirs.onnx", images)
+    assert (difference, scale) == (1.0, 8.0)
+    assert same_top == pytest.approx(2 / 3)
+
+
 @pytest.mark.cpu_only(reason="input checks")
 def test_missing_onnxruntime_names_the_install(tmp_path: Path, exported_folder: Path) -> None:
     shadow = tmp_path / "onnxruntime"

@@ -151,8 +151,61 @@ def test_table_rows_without_label_or_image_come_as_bad_samples_and_paths_as_path
     first, second, third, fourth = (source.samples.locate(i) for i in range(4))
     assert first.label == 1 and first.image == png(0) and first.name == source.samples.name(0)
     assert second.label == 2 and second.image == str(picture) and second.name == str(picture)
-    assert isinstance(third, BadSample) and "no image in column 'image'" in third.reason
-    assert isinstance(fourth, BadSample) and "no label in column 'label'" in fourth.reason
+    assert third == BadSample(source.samples.name(2), "no image in column 'image'")
+    assert fourth == BadSample(source.samples.name(3), "no label in column 'label'")
+
+
+def write_raw_table(root: Path, labels: list, label_feature: object) -> Path:
+    """A parquet split written with pyarrow, its features declared in the schema as datasets declares them:
+    what datasets' own writer refuses (a ClassLabel value beyond its names) can be stored this way."""
+    datasets = pytest.importorskip("datasets")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = datasets.Features({"image": datasets.Image(), "label": label_feature})
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    images = pa.array([{"bytes": png(i), "path": None} for i in range(len(labels))], image_type)
+    table = pa.table({"image": images, "label": pa.array(labels)})
+    metadata = {"huggingface": json.dumps({"info": {"features": features.to_dict()}})}
+    (root / "data").mkdir(parents=True)
+    pq.write_table(table.replace_schema_metadata(metadata), str(root / "data" / "validation-00000-of-00001.parquet"))
+    return root
+
+
+@pytest.mark.parametrize("names", [["a", "b", "c", "d"], ["a", "b", "c"]], ids=["four-names", "three-names"])
+def test_a_class_label_beyond_its_names_stops_in_one_line(tmp_path: Path, names: list[str]) -> None:
+    datasets = pytest.importorskip("datasets")
+    root = write_raw_table(tmp_path / "set", [0, len(names), 1], datasets.ClassLabel(names=names))
+    with pytest.raises(UsageError) as error:
+        open_source(SourceRequest("hfds/set", str(root), "validation"))
+    shown = "a, b, c, ..." if len(names) > 3 else "a, b, c"
+    assert str(error.value) == (
+        f"--dataset hfds/set: split 'validation' of {root} has label {len(names)} in column 'label' (row 1), "
+        f"out of range for its {len(names)} class names (0..{len(names) - 1}: {shown}); fix the labels, or the "
+        "class names of the column's ClassLabel feature"
+    )
+
+
+def test_a_label_column_of_names_stops_in_one_line_with_an_example(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    root = write_raw_table(tmp_path / "set", [None, "dog", "cat"], datasets.Value("string"))
+    with pytest.raises(UsageError) as error:
+        open_source(SourceRequest("hfds/set", str(root), "validation"))
+    assert str(error.value) == (
+        f"--dataset hfds/set: the label column 'label' of split 'validation' of {root} holds string values "
+        "(e.g. 'dog'), not class indices; store integer labels (datasets: dataset.class_encode_column('label') "
+        "turns names into indices) or name the label column with --target-key (columns: image, label)"
+    )
+
+
+def test_a_table_opened_without_a_label_column_reads_unlabelled(tmp_path: Path) -> None:
+    """open_table_samples without a label column (the API, for tables that carry none): -1 for every row."""
+    from vtools.data.readers.hfds import open_table_samples
+
+    root = write_table(tmp_path / "set", [0, 2, 1])
+    samples, classes = open_table_samples("hfds/set", "set", root, "validation", "image", None, False)
+    assert classes is None
+    assert [samples.locate(index).label for index in range(3)] == [-1, -1, -1]
 
 
 def write_odd_shards(root: Path, classes: list[str] | None, counts: list[int]) -> Path:
@@ -206,14 +259,11 @@ def test_shard_samples_that_cannot_train_come_as_bad_samples_naming_why(tmp_path
     assert too_large == negative.replace("label -3", "label 3")
     assert beyond == "the shard holds 7 samples but the split info says 8 (truncated?)"
     assert damaged.startswith("damaged tar shard (") and "\n" not in damaged, damaged
-    names = [source.samples.locate(index).path for index in (1, 7, 8)]
-    assert names == [
-        f"{root}/odd-validation-00.tar:no-image",
-        f"{root}/odd-validation-00.tar sample 7",
-        f"{root}/odd-validation-01.tar sample 0",
-    ]
-    assert source.samples.name(7).endswith("odd-validation-00.tar:#7")
-    assert source.samples.name(8).endswith("odd-validation-01.tar:#0")
+    located = [source.samples.locate(index) for index in range(len(source))]
+    names = [sample.path if isinstance(sample, BadSample) else sample.name for sample in located]
+    shard = f"{root}/odd-validation-00.tar"
+    keys = ["good", "no-image", "no-label", "bad-label", "negative", "too-large", "json-label"]
+    assert names == [f"{shard}:{key}" for key in keys] + [f"{shard} sample 7", f"{root}/odd-validation-01.tar sample 0"]
 
 
 def test_shard_labels_without_a_class_list_only_need_to_be_non_negative(tmp_path: Path) -> None:

@@ -68,9 +68,9 @@ def _train(parts: TrainComponents, device: torch.device, epochs: range, num_upda
     return num_updates
 
 
-def _save_and_read(state: dict, folder: Path) -> dict:
+def _save_and_read(state: dict, folder: Path, metric: float | None = None) -> dict:
     manager = CheckpointManager(folder)
-    manager.save(state, epoch=state["epoch"] - 1, metric=None)
+    manager.save(state, epoch=state["epoch"] - 1, metric=metric)
     manager.wait()
     return load_training_state(folder / LAST)
 
@@ -89,9 +89,15 @@ def test_a_restored_run_continues_as_the_uninterrupted_one(
     args = _args("--model-ema", "--model-ema-decay", "0.5")
     run = _components(device, args, seed=0)
     num_updates = _train(run, device, range(2), 0)
-    state = training_state(args, run, Position(2, 0, num_updates), ["a", "b", "c"], device, DistInfo(), {}, None, 32)
-    saved = _save_and_read(state, tmp_path)
+    run.scaler.update(128.0)  # a run whose GradScaler had backed off
+    data_config = {"input_size": (3, 8, 8), "crop_pct": 0.9}
+    state = training_state(
+        args, run, Position(2, 0, num_updates), ["a", "b", "c"], device, DistInfo(), data_config, None, 32
+    )
+    saved = _save_and_read(state, tmp_path, metric=42.0)
     assert (saved["epoch"], saved["num_updates"], saved["arch"], saved["train_samples"]) == (2, 8, "mlp", 32)
+    assert (saved["class_names"], saved["data_config"], saved["version"]) == (["a", "b", "c"], data_config, 2)
+    assert saved["args"] == vars(args) and saved["scaler"]["scale"] == 128.0
     uninterrupted = copy.deepcopy(run)
     _train(uninterrupted, device, range(2, 4), num_updates)  # the random streams go on from the saved ones
     resumed = _components(device, args, seed=1)
@@ -99,7 +105,7 @@ def test_a_restored_run_continues_as_the_uninterrupted_one(
     manager = CheckpointManager(tmp_path / "resumed")
     position, note = restore(saved, resumed, manager, device, DistInfo(), 0, BATCH, resume_optimizer)
     assert (position, note) == (Position(2, 0, 8), "")
-    assert (manager.best_metric, manager.best_epoch) == (None, None)
+    assert (manager.best_metric, manager.best_epoch) == (42.0, 1)  # the best so far comes along
     assert _same(resumed.model, run.model) and _same(resumed.ema.module, run.ema.module)
     if not resume_optimizer:  # --no-resume-opt: a fresh optimizer and GradScaler, the schedule still carried
         assert resumed.optimizer.state_dict()["state"] == {}
@@ -125,11 +131,13 @@ def test_random_streams_resume_where_they_were(device: torch.device, tmp_path: P
     run = _components(device, args, seed=0)
     saved = _save_and_read(training_state(args, run, Position(1), [], device, DistInfo(), {}), tmp_path)
     expected = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
-    torch.manual_seed(123), random.seed(5), np.random.seed(5)
-    restore(saved, _components(device, args, seed=1), CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
-    drawn = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
-    assert drawn[:2] == expected[:2]
-    assert torch.equal(drawn[2], expected[2]) and torch.equal(drawn[3], expected[3])
+    single = {key: value for key, value in saved.items() if key != "rank_states"}  # before per-rank states
+    for state in (saved, single):
+        torch.manual_seed(123), random.seed(5), np.random.seed(5)
+        restore(state, _components(device, args, seed=1), CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
+        drawn = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
+        assert drawn[:2] == expected[:2]
+        assert torch.equal(drawn[2], expected[2]) and torch.equal(drawn[3], expected[3])
 
 
 def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path: Path) -> None:
@@ -144,7 +152,8 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     assert (saved["step_in_epoch"], saved["samples_in_epoch"], saved["world_size"]) == (3, 12, 1)
     fresh = _components(device, args, seed=1)
     half, note = restore(saved, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)
-    assert note == "" and (half.epoch, half.step, half.num_updates) == (0, 6, 3)
+    assert note == "" and (half.epoch, half.step, half.num_updates) == (0, 6, 3) and type(half.step) is int
+    assert fresh.optimizer.state_dict()["state"] != {}  # the optimizer resumes unless told not to
     assert half.carried == (pytest.approx(result.local_loss_sum), 12)
     two, note = restore(saved, fresh, CheckpointManager(tmp_path), device, DistInfo(1, 2), 0, BATCH // 2)
     assert two.step == 3 and two.carried == (0.0, 0)  # another process count: no rank's share is its own
@@ -153,8 +162,12 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     drawn = torch.rand(2)
     torch.manual_seed(7 + 1)  # rank 1 seeds the run's seed + its rank
     assert torch.equal(drawn, torch.rand(2))
-    old = {key: value for key, value in saved.items() if key != "samples_in_epoch"}  # a version-1 checkpoint
-    assert restore(old, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)[0].step == 3
+    old = {key: value for key, value in saved.items() if key not in ("samples_in_epoch", "num_updates")}
+    assert restore(old, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)[0] == Position(
+        0, 3, 0, (pytest.approx(result.local_loss_sum), 12)
+    )  # a first-version checkpoint: the step as saved, no update count
+    shared = training_state(args, run, Position(0, 3, updates), [], device, DistInfo(0, 2), {}, result)
+    assert (shared["samples_in_epoch"], shared["world_size"]) == (3 * BATCH * 2, 2)
     start = {**saved, "step_in_epoch": 0, "samples_in_epoch": 0}
     assert restore(start, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)[0].carried == (0.0, 0)
 
@@ -177,18 +190,21 @@ def test_a_plateau_schedule_resumes_with_its_patience(device: torch.device, tmp_
     assert rates[0] == rates[1] == pytest.approx(0.05 * 0.5)
 
 
+@pytest.mark.parametrize("start", [1, 3])
 @pytest.mark.parametrize("on_updates", [False, True], ids=["per-epoch", "per-update"])
-def test_a_later_start_epoch_has_the_schedule_a_run_reaching_it_has(device: torch.device, on_updates: bool) -> None:
-    """--start-epoch 3 begins with the learning rate and update count of a run that trained epochs 0-2."""
+def test_a_later_start_epoch_has_the_schedule_a_run_reaching_it_has(
+    device: torch.device, on_updates: bool, start: int
+) -> None:
+    """--start-epoch N begins with the learning rate and update count of a run that trained epochs 0..N-1."""
     args = _args(*(["--sched-on-updates"] if on_updates else []))
     walked = _components(device, args, seed=0)
-    for epoch in range(3):
+    for epoch in range(start):
         for update in range(1, STEPS + 1):
             walked.scheduler.step_update(num_updates=epoch * STEPS + update)
         walked.scheduler.step(epoch + 1)
     jumped = _components(device, args, seed=0)
-    position = start_at_epoch(jumped, 3, STEPS, on_updates)
-    assert position == Position(3, 0, 3 * STEPS)
+    position = start_at_epoch(jumped, start, STEPS, on_updates)
+    assert position == Position(start, 0, start * STEPS)
     assert recipe.mean_lr(jumped.optimizer) == pytest.approx(recipe.mean_lr(walked.optimizer))
     assert recipe.mean_lr(jumped.optimizer) != pytest.approx(recipe.mean_lr(_components(device, args, 0).optimizer))
     assert start_at_epoch(_components(device, args, seed=0), 0, STEPS, on_updates) == Position(0, 0, 0)
@@ -301,3 +317,39 @@ def test_the_logged_rate_is_the_mean_over_parameter_groups() -> None:
     weight, bias = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(1))
     optimizer = torch.optim.SGD([{"params": [weight], "lr": 0.1}, {"params": [bias], "lr": 0.4}], lr=1.0)
     assert recipe.mean_lr(optimizer) == pytest.approx(0.25)
+
+
+def test_components_without_schedule_scaler_or_ema_resume_the_rest(device: torch.device, tmp_path: Path) -> None:
+    """A run resumed without --model-ema, fp16 or a schedule: the weights and position resume, the parts
+    the new command line has no use for are left out; a checkpoint of another model stops in one line."""
+    args = _args("--model-ema")
+    run = _components(device, args, seed=0)
+    saved = _save_and_read(training_state(args, run, Position(1, 0, 4), [], device, DistInfo(), {}), tmp_path)
+    bare = _components(device, _args(), seed=1)
+    bare.scheduler = bare.scaler = None
+    assert bare.ema is None
+    position, _ = restore(saved, bare, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
+    assert position == Position(1, 0, 4) and _same(bare.model, run.model)
+    assert training_state(args, bare, position, [], device, DistInfo(), {})["scaler"] is None
+    other = _components(device, _args(), seed=0)
+    other.model = torch.nn.Linear(FEATURES, CLASSES).to(device)
+    with pytest.raises(UsageError, match="^checkpoint --resume does not fit the model: missing: weight, bias; unexpected"):
+        restore(saved, other, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
+
+
+@pytest.mark.cpu_only(reason="reading files is host-side")
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    torch.save({"state_dict": {}, "optimizer": {}, "epoch": 0, "rng": Position()}, tmp_path / "code.pth")
+    with pytest.raises(UsageError) as refused:
+        load_training_state(tmp_path / "code.pth")
+    assert str(refused.value).startswith(f"--resume checkpoint {tmp_path / 'code.pth'} was refused: loading it")
+
+
+@pytest.mark.cpu_only(reason="file layout on disk is host-side")
+def test_one_checkpoint_of_history_keeps_the_newest(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep=1)
+    for epoch, metric in enumerate([3.0, 1.0, 2.0]):
+        manager.save({"epoch": epoch}, epoch, metric)
+    manager.wait()
+    assert sorted(os.listdir(tmp_path)) == sorted([LAST, "checkpoint-2.pth.tar", BEST])
+    assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 0

@@ -61,6 +61,7 @@ def test_partial_accumulation_group_equals_one_big_batch(device: torch.device) -
     assert updates == 2
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours.detach().cpu(), theirs.detach().cpu(), rtol=1e-5, atol=1e-6)
+    assert all(param.grad is None for param in model.parameters())  # freed after each update, not zeroed
 
 
 def test_resumed_epoch_loss_covers_the_whole_epoch(device: torch.device) -> None:
@@ -212,3 +213,19 @@ def test_a_non_finite_loss_names_its_value_epoch_and_step(device: torch.device, 
     message = str(failed.value)
     assert "non-finite (nan)" in message and "at epoch 7 step 4;" in message, message
     assert message.startswith("training stopped:") and "--clip-grad" in message
+
+
+def test_a_disabled_grad_scaler_steps_as_without_one(device: torch.device) -> None:
+    """A GradScaler torch disabled (its device lacks support) never scales: plain SGD steps, none counted
+    as skipped."""
+    model = _mlp(device)
+    reference = copy.deepcopy(model)
+    batches = _batches(2, device)
+    parts = _parts(model, device, accum=1)
+    parts.scaler = torch.amp.GradScaler(device.type, enabled=False)
+    result, updates = train_one_epoch(parts, batches, epoch=0, num_updates=0, log_interval=2, show_progress=False)
+    for batch in batches:
+        _big_batch_step(reference, [batch])
+    assert (result.skipped_updates, updates) == (0, 2)
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.detach().cpu(), theirs.detach().cpu(), rtol=1e-5, atol=1e-6)

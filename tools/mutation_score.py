@@ -5,11 +5,9 @@
 
 GROUPS names the functions (mutmut's mutant-name patterns, in the files pyproject.toml's [tool.mutmut] lists):
 top-k and the metrics, the class report, the per-sample outcomes and their gather, the training and
-validation samplers, the training step, the export's parity check, and the readers'
-labels. Each mutant faces the fast-tier test files pyproject.toml lists (mutmut runs only the tests that reach
-the mutated function). Left out: the schedule driver and the checkpoint and resume state, whose tests are
-whole training runs (in process against timm's schedules; the slow tier's exact resume), about a minute per
-surviving mutant on this machine.
+validation samplers, the training step, the schedule driver, the checkpoint and resume state, the export's
+parity check, and the readers' labels. Each mutant faces the fast-tier test files pyproject.toml lists
+(mutmut runs only the tests that reach the mutated function).
 
 A mutant is killed when a test failed (or ran past mutmut's timeout: the change hung the code); it survived
 when every test passed. Equivalent mutants (a change no test can observe, since the behaviour is the same)
@@ -58,6 +56,22 @@ GROUPS = {  # run in this order: what decides reported numbers first
         "vtools.train.loop.x__optimizer_step__mutmut_*",
         "vtools.train.loop.x__check_finite__mutmut_*",
         f"vtools.train.loop.x{C}TrainComponents{C}loss__mutmut_*",
+    ],
+    "schedule driver, checkpoint and resume state": [
+        "vtools.train.recipe.x_scaled_lr__mutmut_*",
+        "vtools.train.recipe.x_build_scheduler__mutmut_*",
+        "vtools.train.recipe.x_mean_lr__mutmut_*",
+        "vtools.train.resume.x_start_at_epoch__mutmut_*",
+        "vtools.train.resume.x_restore__mutmut_*",
+        "vtools.train.resume.x_training_state__mutmut_*",
+        "vtools.train.resume.x_rank_state__mutmut_*",
+        "vtools.train.resume.x_scheduler_state__mutmut_*",
+        "vtools.train.resume.x_load_scheduler_state__mutmut_*",
+        "vtools.train.checkpoint.x_portable_rng__mutmut_*",
+        "vtools.train.checkpoint.x_native_rng__mutmut_*",
+        "vtools.train.checkpoint.x_load_training_state__mutmut_*",
+        "vtools.train.checkpoint.x_host_copy__mutmut_*",
+        f"vtools.train.checkpoint.x{C}CheckpointManager{C}*",
     ],
     "class report, outcomes, epoch loop (one in five)": [
         f"vtools.evaluation.class_report.*__mutmut_*{SAMPLE}",

@@ -86,8 +86,10 @@ def unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
     lines = [
         line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
     ]
-    detail = (lines[0] if lines else type(err).__name__)[:160]
-    runs_code = "GLOBAL" in detail or "Unsupported global" in detail or "Unsupported class" in detail
+    markers = ("GLOBAL", "Unsupported global", "Unsupported class")
+    naming = [line for line in lines if any(marker in line for marker in markers)]  # torch words it per version
+    detail = (naming or lines or [type(err).__name__])[0][:160]
+    runs_code = bool(naming)
     if "Unsupported operand" in detail:  # a newer pickle protocol than torch.save writes: name what it imports
         calls = [name for name in pickled_globals(path) if not name.startswith(_WEIGHT_GLOBALS)]
         if calls:

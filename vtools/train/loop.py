@@ -282,7 +282,8 @@ def _optimizer_step(parts: TrainComponents) -> torch.Tensor:
         parts.optimizer.step()
         parts.optimizer.zero_grad(set_to_none=True)
         return torch.zeros((), dtype=torch.int64, device=parts.device)
-    scale_before = scaler._scale.clone() if scaler._scale is not None else None
+    # the scale stays on the device (get_scale() would wait for it); a GradScaler torch disabled has none
+    scale_before = scaler._scale.clone() if scaler.is_enabled() and scaler._scale is not None else None
     scaler.step(parts.optimizer)
     scaler.update()
     parts.optimizer.zero_grad(set_to_none=True)
