@@ -353,3 +353,23 @@ def test_one_checkpoint_of_history_keeps_the_newest(tmp_path: Path) -> None:
     manager.wait()
     assert sorted(os.listdir(tmp_path)) == sorted([LAST, "checkpoint-2.pth.tar", BEST])
     assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:PlateauLRScheduler is deprecated")
+@pytest.mark.parametrize("eval_metric", ["top1", "loss"])
+def test_a_plateau_schedule_reads_the_metric_the_run_chose(device: torch.device, eval_metric: str) -> None:
+    """Falling figures are progress for --eval-metric loss and a plateau for top-1 (timm's decreasing_metric):
+    with patience 1, only the top-1 run lowers its rate."""
+    args = _args("--sched", "plateau", "--patience-epochs", "1", "--decay-rate", "0.5", "--warmup-epochs", "0")
+    args.eval_metric = eval_metric
+    parts = _components(device, args, seed=0)
+    for epoch, metric in enumerate([5.0, 4.0, 3.0, 2.0]):
+        parts.scheduler.step(epoch + 1, metric)
+    assert recipe.mean_lr(parts.optimizer) == pytest.approx(0.05 if eval_metric == "loss" else 0.05 * 0.5)
+
+
+def test_an_unknown_schedule_stops_in_one_line() -> None:
+    args = _args("--sched", "zigzag")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    with pytest.raises(UsageError, match=r"^--sched zigzag: .+"):
+        recipe.build_scheduler(optimizer, args, updates_per_epoch=4)
