@@ -221,10 +221,11 @@ def test_a_later_start_epoch_has_the_schedule_a_run_reaching_it_has(
 def test_best_last_and_history_follow_the_metric(tmp_path: Path, higher_is_better: bool) -> None:
     """last is every epoch's state; a validated epoch also gets a numbered file (the newest --checkpoint-hist
     kept) and becomes best when its metric improves (higher top-1, or lower loss); an unvalidated epoch
-    changes neither; an interrupted save replaces last and keeps the best so far."""
+    changes neither, nor does a tie with the best (the earlier epoch stays best, as in timm); an interrupted
+    save replaces last and keeps the best so far."""
     written = []
     manager = CheckpointManager(tmp_path, keep=2, higher_is_better=higher_is_better, on_write=written.append)
-    metrics = [10.0, 30.0, None, 20.0, 5.0]
+    metrics = [10.0, 30.0, None, 30.0 if higher_is_better else 10.0, 5.0]
     bests = []
     for epoch, metric in enumerate(metrics):
         improved = manager.save({"epoch": epoch}, epoch, metric)
@@ -249,13 +250,15 @@ def test_best_last_and_history_follow_the_metric(tmp_path: Path, higher_is_bette
 
 
 @pytest.mark.cpu_only(reason="file layout on disk is host-side")
-def test_without_history_best_is_still_kept(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, keep=0)
-    for epoch, metric in enumerate([1.0, 3.0, 2.0]):
+@pytest.mark.parametrize("keep, numbered", [(0, []), (1, ["checkpoint-2.pth.tar"])])
+def test_a_short_history_keeps_the_newest_and_best(tmp_path: Path, keep: int, numbered: list[str]) -> None:
+    """--checkpoint-hist 0 keeps no numbered file, 1 the newest; best is kept either way."""
+    manager = CheckpointManager(tmp_path, keep=keep)
+    for epoch, metric in enumerate([3.0, 1.0, 2.0]):
         manager.save({"epoch": epoch}, epoch, metric)
     manager.wait()
-    assert sorted(os.listdir(tmp_path)) == [LAST, BEST]
-    assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 1
+    assert sorted(os.listdir(tmp_path)) == sorted([LAST, BEST, *numbered])
+    assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 0
 
 
 def test_the_saved_copy_is_the_host_state_of_the_moment(device: torch.device) -> None:
@@ -343,16 +346,6 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as refused:
         load_training_state(tmp_path / "code.pth")
     assert str(refused.value).startswith(f"--resume checkpoint {tmp_path / 'code.pth'} was refused: loading it")
-
-
-@pytest.mark.cpu_only(reason="file layout on disk is host-side")
-def test_one_checkpoint_of_history_keeps_the_newest(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, keep=1)
-    for epoch, metric in enumerate([3.0, 1.0, 2.0]):
-        manager.save({"epoch": epoch}, epoch, metric)
-    manager.wait()
-    assert sorted(os.listdir(tmp_path)) == sorted([LAST, "checkpoint-2.pth.tar", BEST])
-    assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 0
 
 
 @pytest.mark.filterwarnings("ignore:PlateauLRScheduler is deprecated")
