@@ -1,6 +1,7 @@
 """The mutation score of the code that decides the numbers a user reads, measured with mutmut.
 
-    python3 tools/mutation_score.py --run --min 90   # mutmut on SCOPE (fast tier), then the table; exit 1 under 90 %
+    python3 tools/mutation_score.py --run --min 90   # a fresh mutmut run on SCOPE (fast tier), then the table;
+                                                     # exit 1 under 90 %
     python3 tools/mutation_score.py --survivors      # the table again, and the survivors, from mutants/
 
 GROUPS names the functions (mutmut's mutant-name patterns, in the files pyproject.toml's [tool.mutmut] lists):
@@ -12,7 +13,8 @@ parity check, and the readers' labels. Each mutant faces the fast-tier test file
 A mutant is killed when a test failed (or ran past mutmut's timeout: the change hung the code); it survived
 when every test passed. Equivalent mutants (a change no test can observe, since the behaviour is the same)
 are listed with their reason in tests/data/mutation_equivalents.txt and leave the denominator; any other
-survivor, and any mutant no test reaches, counts against the score.
+survivor, any mutant no test reaches and any mutant mutmut did not run (a run that broke off) count against
+the score.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import fnmatch
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -81,6 +84,7 @@ GROUPS = {  # run in this order: what decides reported numbers first
 }
 SCOPE = [pattern for patterns in GROUPS.values() for pattern in patterns]
 EQUIVALENTS = ROOT / "tests" / "data" / "mutation_equivalents.txt"
+MUTMUT_FOLDER = ROOT / "mutants"  # where mutmut works: its copy of the tree and its results
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a test failed, or the mutant hung (timeout)
 SURVIVED = {0}
 NO_TESTS = {5, 33}
@@ -129,7 +133,7 @@ def score_rows(results: dict[str, dict[str, int | None]], equivalents: dict[str,
                 counts["not run"] += 1
             else:
                 counts["other"] += 1
-        judged = len(codes) - counts["equivalent"] - counts["not run"]
+        judged = len(codes) - counts["equivalent"]
         score = 100 * counts["killed"] / judged if judged else 100.0
         rows.append({"module": module, "mutants": len(codes), **counts, "score": score})
     return rows
@@ -140,7 +144,7 @@ def survivors(results: dict[str, dict[str, int | None]], equivalents: dict[str, 
         name
         for codes in results.values()
         for name, code in codes.items()
-        if name not in equivalents and (code in SURVIVED or code in NO_TESTS)
+        if name not in equivalents and code not in KILLED
     ]
 
 
@@ -153,7 +157,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
     total = Counter()
     for row in rows:
         total.update({k: v for k, v in row.items() if isinstance(v, int)})
-    judged = total["mutants"] - total["equivalent"] - total["not run"]
+    judged = total["mutants"] - total["equivalent"]
     overall = 100 * total["killed"] / judged if judged else 100.0
     cells = ["**all**"] + [str(total.get(c, 0)) for c in columns[1:-1]] + [f"**{overall:.1f} %**"]
     lines.append("| " + " | ".join(cells) + " |")
@@ -162,11 +166,17 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mutants", default=str(ROOT / "mutants"), help="mutmut's folder (default: ./mutants)")
+    parser.add_argument("--mutants", default=str(MUTMUT_FOLDER), help="mutmut's folder to read (default: ./mutants)")
     parser.add_argument("--min", type=float, default=0.0, help="exit 1 when the overall score is below this")
-    parser.add_argument("--survivors", action="store_true", help="list the survivors that count against the score")
-    parser.add_argument("--run", action="store_true", help="run mutmut on SCOPE first (about 45 mutants a minute)")
+    parser.add_argument("--survivors", action="store_true", help="list the mutants that count against the score")
+    parser.add_argument(
+        "--run", action="store_true", help="delete --mutants and run mutmut on SCOPE first (about 25 mutants a minute)"
+    )
     args = parser.parse_args(argv)
+    if args.run and Path(args.mutants).resolve() != MUTMUT_FOLDER:
+        parser.error(f"--run writes mutmut's results to {MUTMUT_FOLDER}; leave --mutants out")
+    if args.run:  # from scratch: mutmut keeps results across edits to files it does not track
+        shutil.rmtree(MUTMUT_FOLDER, ignore_errors=True)
     for group, patterns in GROUPS.items() if args.run else ():
         print(f"mutmut: {group}", flush=True)
         subprocess.run(["mutmut", "run", "--max-children", str(os.cpu_count() or 1), *patterns], cwd=ROOT, check=False)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.survivors:
         print("\n".join(survivors(results, equivalents)))
     killed = sum(int(r.get("killed", 0)) for r in rows)
-    judged = sum(int(r["mutants"]) - int(r.get("equivalent", 0)) - int(r.get("not run", 0)) for r in rows)
+    judged = sum(int(r["mutants"]) - int(r.get("equivalent", 0)) for r in rows)
     return 1 if judged and 100 * killed / judged < args.min else 0
 
 
