@@ -249,6 +249,16 @@ def test_best_last_and_history_follow_the_metric(tmp_path: Path, higher_is_bette
     )
 
 
+@pytest.mark.cpu_only(reason="a failing write is host-side file handling; no tensor leaves the host")
+def test_a_failed_background_write_is_raised_once(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    manager = CheckpointManager(tmp_path / "file" / "run")
+    manager.save({"epoch": 1}, epoch=0, metric=None)
+    with pytest.raises(OSError):
+        manager.wait()
+    manager.wait()  # reported once, then forgotten
+
+
 @pytest.mark.cpu_only(reason="file layout on disk is host-side")
 @pytest.mark.parametrize("keep, numbered", [(0, []), (1, ["checkpoint-2.pth.tar"])])
 def test_a_short_history_keeps_the_newest_and_best(tmp_path: Path, keep: int, numbered: list[str]) -> None:
