@@ -68,6 +68,7 @@ def test_report_equals_scikit_learn(device: torch.device) -> None:
     precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
     rows = report.per_class
     assert [r["support"] for r in rows] == support.tolist()
+    assert [r["predicted"] for r in rows] == np.bincount(y_pred, minlength=NUM_CLASSES).tolist()
     for key, reference in (("precision", precision), ("recall", recall), ("f1", f1), ("top1", recall)):
         np.testing.assert_allclose([r[key] for r in rows], 100 * reference, atol=1e-4, err_msg=key)
     for index, row in enumerate(rows):
@@ -77,6 +78,10 @@ def test_report_equals_scikit_learn(device: torch.device) -> None:
             assert row["top5"] == pytest.approx(100 * top5, abs=1e-4), index
 
     np.testing.assert_array_equal(report.confusion.dense(), confusion_matrix(y_true, y_pred, labels=labels))
+    kept = [7, 2, 5]  # some classes, in another order: the rows and columns of exactly those
+    np.testing.assert_array_equal(
+        report.confusion.dense(kept), confusion_matrix(y_true, y_pred, labels=labels)[kept][:, kept]
+    )
     counts = ClassCounts(NUM_CLASSES, device)  # the --metrics-avg path timm's figures come from, batch by batch
     for chunk in range(0, SAMPLES, 64):
         counts.update(logits[chunk : chunk + 64].to(device), targets[chunk : chunk + 64].to(device))
@@ -151,6 +156,10 @@ def test_calibration_bins_and_ece_equal_their_definitions(device: torch.device) 
         if inside.any():
             ece += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
     assert report.overall["ece"] == pytest.approx(100 * ece, abs=1e-3)
+    assert report.overall["mean_confidence"] == pytest.approx(100 * confidence.mean(), abs=1e-3)
+    assert [(r["low"], r["high"]) for r in report.calibration] == [
+        (round(low, 6), round(high, 6)) for low, high in zip(edges[:-1], edges[1:])
+    ]
     assert sum(r["count"] for r in report.calibration) == SAMPLES
 
 
@@ -178,6 +187,9 @@ def test_confused_pairs_are_the_largest_off_diagonal_cells(device: torch.device)
     assert [p["count"] for p in report.pairs] == sorted(matrix[matrix > 0].tolist(), reverse=True)[: len(report.pairs)]
     top = report.pairs[0]
     assert matrix[top["true_index"], top["predicted_index"]] == matrix.max()
+    assert (top["true"], top["predicted"]) == (f"c{top['true_index']}", f"c{top['predicted_index']}")
+    support = np.bincount(targets.numpy(), minlength=NUM_CLASSES)
+    assert top["share_of_true"] == pytest.approx(100 * top["count"] / support[top["true_index"]], abs=1e-3)
 
 
 @pytest.mark.cpu_only(reason="reads and writes files from host arrays")
