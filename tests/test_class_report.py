@@ -157,6 +157,7 @@ def test_calibration_bins_and_ece_equal_their_definitions(device: torch.device) 
             ece += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
     assert report.overall["ece"] == pytest.approx(100 * ece, abs=1e-3)
     assert report.overall["mean_confidence"] == pytest.approx(100 * confidence.mean(), abs=1e-3)
+    assert all(round(r["confidence"], 4) == r["confidence"] for r in filled)  # as the csv shows it
     assert [(r["low"], r["high"]) for r in report.calibration] == [
         (round(low, 6), round(high, 6)) for low, high in zip(edges[:-1], edges[1:])
     ]
@@ -175,6 +176,11 @@ def test_mistakes_are_every_wrong_sample_most_confident_first(device: torch.devi
     first = report.mistakes[0]
     assert first["sample"] == names[first["index"]] and first["label"] == classes[int(targets[first["index"]])]
     assert first["predicted"] == classes[int(logits[first["index"]].argmax())]
+    probs = logits.softmax(dim=1)
+    for row in report.mistakes[:20]:
+        label = int(targets[row["index"]])
+        assert row["label_probability"] == pytest.approx(100 * float(probs[row["index"], label]), abs=1e-3)
+        assert row["label_rank"] == 1 + int((probs[row["index"]] > probs[row["index"], label]).sum())
     worst = build_report(collect(logits, targets, device), classes, worst=7)
     assert worst.mistakes == [{**r, "sample": str(r["index"])} for r in report.mistakes[:7]]
 
@@ -264,3 +270,13 @@ def test_a_run_with_more_outputs_than_classes_reports_every_output() -> None:
     report = build_report(collect(logits, torch.tensor([0, 1]), torch.device("cpu")), names)
     assert [p["predicted"] for p in report.mistakes] == ["3", "cat"]
     assert report.confusion.dense().tolist() == [[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+
+
+def test_a_rank_without_samples_gathers_empty_columns(device: torch.device) -> None:
+    """Under torchrun a rank may validate no image: its log gathers to columns of length 0 (the shapes the
+    other ranks' rows have), and a report of nothing has no rows."""
+    gathered = PredictionLog().gather(device)
+    assert len(gathered) == 0
+    columns = [gathered.index, gathered.target, gathered.predicted, gathered.target_rank]
+    assert all(column.shape == (0,) and column.dtype == np.int64 for column in columns)
+    assert gathered.confidence.shape == gathered.target_prob.shape == (0,)

@@ -74,6 +74,7 @@ def test_resumed_epoch_loss_covers_the_whole_epoch(device: torch.device) -> None
     whole, _ = train_one_epoch(_parts(model, device, 1), batches, 0, 0, log_interval=5, show_progress=False)
     parts = _parts(second, device, 1)
     first, updates = train_one_epoch(parts, batches[:3], 0, 0, log_interval=5, show_progress=False)
+    logged = []
     rest, _ = train_one_epoch(
         parts,
         batches[3:],
@@ -83,8 +84,11 @@ def test_resumed_epoch_loss_covers_the_whole_epoch(device: torch.device) -> None
         show_progress=False,
         start_step=3,
         carried=(first.local_loss_sum, first.local_samples),
+        on_log=logged.append,
     )
     assert rest.local_samples == 5 * BATCH
+    assert (rest.steps, rest.completed_steps, rest.samples) == (2, 5, 2 * BATCH)  # this part's, and the epoch's
+    assert [(p.epoch, p.step, p.steps, p.first_step, p.num_updates) for p in logged] == [(0, 5, 5, 3, 5)]
     assert rest.loss == pytest.approx(whole.loss, rel=1e-6)
     assert first.loss != pytest.approx(whole.loss, rel=1e-3)  # the halves differ, so the carry matters
 
@@ -229,3 +233,48 @@ def test_a_disabled_grad_scaler_steps_as_without_one(device: torch.device) -> No
     assert (result.skipped_updates, updates) == (0, 2)
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours.detach().cpu(), theirs.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_accumulation_under_ddp_skips_the_gradient_exchange_between_updates(device: torch.device) -> None:
+    """A DDP model exchanges gradients on every backward unless told not to: the micro-batches of an
+    accumulation group that end in no update run under ``no_sync`` (5 batches, groups of 3: batches 0, 1
+    and 3), the updating ones do not."""
+    from contextlib import contextmanager
+
+    class Replica(torch.nn.Module):  # what the loop sees of DistributedDataParallel: a module with no_sync
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(FEATURES, CLASSES).to(device)
+            self.unsynced, self.calls = False, []
+
+        @contextmanager
+        def no_sync(self):
+            self.unsynced = True
+            try:
+                yield
+            finally:
+                self.unsynced = False
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            self.calls.append(self.unsynced)
+            return self.module(images)
+
+    model = Replica()
+    train_one_epoch(_parts(model, device, accum=3), _batches(5, device), 0, 0, log_interval=5, show_progress=False)
+    assert model.calls == [True, True, False, True, False]
+
+
+def test_a_stop_inside_a_log_window_still_checks_its_losses(device: torch.device) -> None:
+    """An epoch stopped (a signal, agreed at an update) before its log window filled still checks the losses
+    of that window and names the step of a non-finite one."""
+    from vtools.errors import RunFailed
+
+    class StopAfterThird:
+        def agreed(self, num_updates: int) -> bool:
+            return num_updates == 3
+
+    batches = _batches(6, device)
+    batches[1] = Batch(torch.full_like(batches[1].images, float("nan")), batches[1].targets, batches[1].indices)
+    parts = _parts(torch.nn.Linear(FEATURES, CLASSES).to(device), device, accum=1)
+    with pytest.raises(RunFailed, match="at epoch 0 step 3;"):
+        train_one_epoch(parts, batches, 0, 0, log_interval=5, show_progress=False, stop=StopAfterThird(), start_step=2)
