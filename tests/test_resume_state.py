@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
 from vtools.data.loaders import Batch
 from vtools.errors import UsageError
@@ -111,6 +112,10 @@ def test_a_restored_run_continues_as_the_uninterrupted_one(
         assert resumed.optimizer.state_dict()["state"] == {}
         assert resumed.scaler.get_scale() == resolve_amp(device, True, "float16").grad_scaler().get_scale()
         assert recipe.mean_lr(resumed.optimizer) == recipe.mean_lr(run.optimizer)
+        timms = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.05)  # timm's train.py on resume:
+        schedule, _ = create_scheduler_v2(timms, **scheduler_kwargs(args), updates_per_epoch=STEPS)
+        schedule.step(position.epoch)  # the scheduler stepped to the resumed epoch sets the rate
+        assert recipe.mean_lr(resumed.optimizer) == pytest.approx(timms.param_groups[0]["lr"])
         return
     assert resumed.scaler.state_dict() == run.scaler.state_dict()
     _train(resumed, device, range(position.epoch, 4), position.num_updates)
@@ -133,7 +138,9 @@ def test_random_streams_resume_where_they_were(device: torch.device, tmp_path: P
     expected = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
     single = {key: value for key, value in saved.items() if key != "rank_states"}  # before per-rank states
     for state in (saved, single):
-        torch.manual_seed(123), random.seed(5), np.random.seed(5)
+        torch.manual_seed(123)  # other streams in between: the restore must bring the saved ones back
+        random.seed(5)
+        np.random.seed(5)
         restore(state, _components(device, args, seed=1), CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
         drawn = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
         assert drawn[:2] == expected[:2]

@@ -148,6 +148,13 @@ def survivors(results: dict[str, dict[str, int | None]], equivalents: dict[str, 
     ]
 
 
+def overall_score(rows: list[dict[str, object]]) -> float:
+    """Killed over all mutants but the equivalent ones, across the rows."""
+    killed = sum(int(row.get("killed", 0)) for row in rows)
+    judged = sum(int(row["mutants"]) - int(row.get("equivalent", 0)) for row in rows)
+    return 100 * killed / judged if judged else 100.0
+
+
 def markdown(rows: list[dict[str, object]]) -> str:
     columns = ["module", "mutants", "killed", "survived", "no tests", "equivalent", "not run", "score"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -157,9 +164,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
     total = Counter()
     for row in rows:
         total.update({k: v for k, v in row.items() if isinstance(v, int)})
-    judged = total["mutants"] - total["equivalent"]
-    overall = 100 * total["killed"] / judged if judged else 100.0
-    cells = ["**all**"] + [str(total.get(c, 0)) for c in columns[1:-1]] + [f"**{overall:.1f} %**"]
+    cells = ["**all**"] + [str(total.get(c, 0)) for c in columns[1:-1]] + [f"**{overall_score(rows):.1f} %**"]
     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -189,9 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows))
     if args.survivors:
         print("\n".join(survivors(results, equivalents)))
-    killed = sum(int(r.get("killed", 0)) for r in rows)
-    judged = sum(int(r["mutants"]) - int(r.get("equivalent", 0)) for r in rows)
-    return 1 if judged and 100 * killed / judged < args.min else 0
+    return 1 if overall_score(rows) < args.min else 0
 
 
 if __name__ == "__main__":
