@@ -22,6 +22,7 @@ from timm.optim import create_optimizer_v2, get_optimizer_info, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import ModelEmaV3
 
+from vtools.data import augment_ops
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
 
@@ -119,10 +120,12 @@ def build_train_loss(args: argparse.Namespace, mixup_active: bool) -> torch.nn.M
 def build_train_transform(args: argparse.Namespace, data_config: dict[str, Any]) -> Any:
     """timm's training augmentation ending in uint8 tensors; erasing and normalization happen on the device.
     A zero --color-jitter leaves the jitter out (timm would run a ColorJitter that changes nothing, a
-    tenth of a worker's time per image on small images)."""
+    tenth of a worker's time per image on small images). Auto-augment ops come from vtools' registration
+    (:mod:`vtools.data.augment_ops`): the same on every Pillow, and on grayscale images."""
     interpolation = args.train_interpolation
     if args.no_aug or not interpolation:  # as timm's train.py: the model's own interpolation
         interpolation = data_config["interpolation"]
+    augment_ops.register()
     return create_transform(
         data_config["input_size"],
         is_training=True,
