@@ -9,14 +9,16 @@ bad-image policy and keeping decoded images for later epochs are written once.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from PIL import Image
 from torch.utils.data import Dataset
 
-from vtools.data.decode import BadSample, RawSample, open_image
+from vtools.data.decode import BadSample, RawSample, open_image, refusal
+from vtools.data.step_errors import bad_sample_from
 from vtools.data.train_augment import FusedTrainAugment
+from vtools.errors import UsageError
 
 
 class SampleStore(Protocol):
@@ -30,20 +32,42 @@ class SampleStore(Protocol):
 
 
 class FileSamples:
-    """Image files with their labels."""
+    """Image files with their labels; ``unreadable`` gives, by index, why an entry known to be unreadable
+    (a dangling link, a folder that cannot be listed) cannot be read: it is never opened."""
 
-    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike],
+        labels: Sequence[int] | None = None,
+        unreadable: Mapping[int, str] | None = None,
+    ) -> None:
         self.paths = [str(p) for p in paths]
         self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
+        self.unreadable = dict(unreadable or {})
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def locate(self, index: int) -> RawSample:
+    def locate(self, index: int) -> RawSample | BadSample:
+        if index in self.unreadable:
+            return BadSample(self.paths[index], self.unreadable[index])
         return RawSample(self.paths[index], self.labels[index], self.paths[index])
+
+    def known_bad(self) -> list[BadSample]:
+        """The entries known to be unreadable before any is read."""
+        return [BadSample(self.paths[index], reason) for index, reason in sorted(self.unreadable.items())]
 
     def name(self, index: int) -> str:
         return self.paths[index]
+
+
+def refuse_known_bad(samples: Any, policy: str) -> None:
+    """Under --on-bad-image error, stop now on the entries a reader knows to be unreadable before any is
+    read (a dangling link, a folder that cannot be listed), naming the first: not after a model is built
+    and a loader has reached it. Under skip they are counted and named as the loader meets them."""
+    known = samples.known_bad() if isinstance(samples, FileSamples) else []
+    if known and policy == "error":
+        raise UsageError(refusal(known[0], more=len(known) - 1))
 
 
 class DecodedImages(Dataset):
@@ -70,6 +94,12 @@ class DecodedImages(Dataset):
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        try:
+            return self._item(index)
+        except Exception as err:  # anything a reader, decoder or transform raises: one bad sample, named
+            return bad_sample_from(err, sample_name(self.samples, index)), -1, index
+
+    def _item(self, index: int) -> tuple[Any, int, int]:
         if index in self._kept:
             image, label = self._kept[index]
             return self.transform(image), label, index
@@ -93,6 +123,14 @@ class DecodedImages(Dataset):
             self.keep_bytes, self._kept = 0, {}
             return
         self._kept[index] = (image, label)
+
+
+def sample_name(samples: SampleStore, index: int) -> str:
+    """The name messages use for sample ``index``, even when the store cannot say."""
+    try:
+        return samples.name(index)
+    except Exception:
+        return f"sample {index}"
 
 
 _IMAGE_OVERHEAD_BYTES = 1024  # a PIL image's objects besides its pixels, roughly

@@ -4,7 +4,7 @@ Workers return uint8 tensors (4x smaller than float32 to pin and copy);
 :class:`DeviceLoader` moves each batch to the device, converts and normalizes it
 there (and applies the training colour jitter the workers drew, when they did),
 and prefetches the next batch on a side stream where the backend has
-streams. Loader workers leave SIGINT/SIGTERM to the main process, and the first
+streams. Loader workers leave SIGINT/SIGTERM/SIGHUP to the main process, and the first
 loader with workers registers the exit hook that stops them.
 """
 
@@ -26,8 +26,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from vtools.data import color_jitter
 from vtools.data.decode import BadSample
 from vtools.data.train_augment import AugmentedImage
+from vtools.errors import RunFailed
 from vtools.runtime import device as dev
 from vtools.runtime.cpu_budget import plan, usable_cores
+
+PREFETCH_BATCHES = 4  # batches each loader worker decodes ahead
 
 
 @dataclass
@@ -84,12 +87,17 @@ def _stack_augmented(images: list[AugmentedImage]) -> tuple[torch.Tensor, torch.
     return batch, torch.from_numpy(np.stack([image.jitter for image in images]))
 
 
+# the signals a training run stops on after saving a checkpoint (vtools.train.loop.StopRequest): Ctrl-C, a
+# scheduler's pre-emption, and a terminal that closes
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def leave_signals_to_main(worker_id: int) -> None:
-    """Loader workers ignore SIGINT/SIGTERM: a batch scheduler signals the whole process group, and the
-    main process must live to save a checkpoint (a worker dying first would crash it instead). Workers
-    still end with the main process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Loader workers ignore the stop signals: a batch scheduler (or a closing terminal) signals the whole
+    process group, and the main process must live to save a checkpoint (a worker dying first would crash
+    it instead). Workers still end with the main process."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _kill_loader_workers_at_exit() -> None:
@@ -149,7 +157,7 @@ def make_loader(
         pin_memory=dev.pin_memory(device),
         drop_last=drop_last,
         persistent_workers=persistent and workers > 0,
-        prefetch_factor=4 if workers > 0 else None,
+        prefetch_factor=PREFETCH_BATCHES if workers > 0 else None,
         generator=torch.Generator().manual_seed(seed),
     )
 
@@ -221,27 +229,51 @@ class DeviceLoader:
                 images = images.to(self.dtype)
         return Batch(images, targets, batch.indices, batch.bad)
 
-    def _prepare(self, batch: Batch) -> Batch:
+    def _prepare(self, batch: Batch, number: int) -> Batch:
         if self.on_bad is not None and batch.bad:
-            self.on_bad(batch.bad)
+            self.on_bad([replace(bad, where=_and(bad.where, f"batch {number}")) for bad in batch.bad])
         with dev.on_stream(self.device, self.stream):
             return self._to_device(batch)
 
+    def _first_batch_number(self) -> int:
+        """The number of this pass's first batch: a resumed epoch starts past the batches it trained."""
+        skipped = getattr(getattr(self.loader, "sampler", None), "skip", 0)
+        return skipped // max(1, getattr(self.loader, "batch_size", None) or 1)
+
     def __iter__(self) -> Iterator[Batch]:
         batches, self._started = self._started or iter(self.loader), None
+        numbered = enumerate(worker_errors_said(batches), self._first_batch_number())
         if self.stream is None:  # nothing to overlap with: preparing the next batch early would only make
-            for batch in batches:  # each step wait for one more batch from the workers
-                yield self._prepare(batch)
+            for number, batch in numbered:  # each step wait for one more batch from the workers
+                yield self._prepare(batch, number)
             return
         upcoming: Batch | None = None
-        for batch in batches:
-            prepared = self._prepare(batch)
+        for number, batch in numbered:
+            prepared = self._prepare(batch, number)
             if upcoming is not None:
                 yield upcoming
             dev.wait_stream(self.device, self.stream, (prepared.images, prepared.targets))
             upcoming = prepared
         if upcoming is not None:
             yield upcoming
+
+
+def _and(*parts: str) -> str:
+    return ", ".join(part for part in parts if part)
+
+
+def worker_errors_said(batches: Iterator[Batch]) -> Iterator[Batch]:
+    """``batches``, with an exception a loader worker raised outside any one sample (items a transform
+    left in shapes that do not stack, say) ended as one line instead of torch's wrapped traceback: a
+    sample's own failures never get here (they come as bad samples)."""
+    try:
+        yield from batches
+    except Exception as err:
+        first, _, rest = str(err).partition("\n")
+        if not first.startswith("Caught ") or "DataLoader worker" not in first:
+            raise
+        cause = next((line.strip() for line in reversed(rest.splitlines()) if line.strip()), first)
+        raise RunFailed(f"a data-loader worker failed: {cause} ({first.removeprefix('Caught ').rstrip('.')})") from None
 
 
 class KeptBatches:

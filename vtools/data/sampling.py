@@ -57,9 +57,10 @@ class SeededSamples(Dataset):
         np.random.seed(seed % 2**32)
         torch.default_generator.manual_seed(seed)  # cpu only: workers must not touch the device
         item = self.dataset[index]
-        if not self.replace_bad or not _is_bad(item[0]):
+        if not _is_bad(item[0]):
             return item
-        return self._replacement(index, item)
+        item = (replace(item[0], where=f"epoch {epoch}"), *item[1:])  # where in the run, for its message
+        return self._replacement(index, item) if self.replace_bad else item
 
     def _replacement(self, index: int, item: tuple[Any, ...]) -> tuple[Any, ...]:
         bad = [item[0]]
@@ -67,7 +68,7 @@ class SeededSamples(Dataset):
             candidate = self.dataset[(index + offset) % len(self.dataset)]
             if not _is_bad(candidate[0]):
                 return (*candidate[:3], [replace(record, replaced=True) for record in bad[:8]])
-            bad.append(candidate[0])
+            bad.append(replace(candidate[0], where=item[0].where))
         return item
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from vtools.data.readers.folder import labelled_files, resolve_split_dir
+from vtools.data.readers.folder import labelled_images, resolve_split_dir
 from vtools.errors import UsageError
 from vtools.progress import progress
 
@@ -155,15 +155,18 @@ def convert(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} already exists and is not empty: choose another output folder")
     splits = _splits(source, split)
-    first_paths, first_labels, classes = labelled_files(next(iter(splits.values())))
+    classes = labelled_images(next(iter(splits.values()))).classes
     class_map = {c: i for i, c in enumerate(classes)}
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     partial.mkdir(parents=True)
     try:
         info = {"name": name, "classes": classes, "splits": {}}
         for split_name, folder in splits.items():
-            paths, labels, _ = labelled_files(folder, class_map)
-            paths = [str(p) for p in paths]
+            found = labelled_images(folder, class_map)
+            if found.entries.unreadable:  # never opened: a FIFO would block the reader
+                index, reason = min(found.entries.unreadable.items())
+                raise UsageError(f"{found.entries.paths[index]}: cannot read image ({reason}); fix or remove it")
+            paths, labels = [str(p) for p in found.entries.paths], found.labels
             if fmt == "wds":
                 info["splits"][split_name] = _write_tar_split(
                     partial, name, split_name, paths, labels, classes, folder, shard_size, max_side, workers

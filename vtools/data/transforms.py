@@ -35,7 +35,21 @@ def data_config_for(model: torch.nn.Module, overrides: dict[str, Any], use_test_
             f"the model's preprocessing has mean {list(config['mean'])} and std {list(config['std'])}: "
             "normalization needs finite values and a std that is not 0 (fix its config.json, or pass --mean/--std)"
         )
+    check_fixed_size(model, config["input_size"][1:])
     return config
+
+
+def check_fixed_size(model: torch.nn.Module, size: Sequence[int]) -> None:
+    """A model built for one image size only (a ViT's patch embedding with a strict size) refuses any
+    other at its first forward, mid-run and as a traceback; say so before any loader starts."""
+    for module in model.modules():
+        fixed = getattr(module, "img_size", None) if getattr(module, "strict_img_size", False) else None
+        if fixed is not None and tuple(fixed) != tuple(size):
+            height, width = fixed
+            raise UsageError(
+                f"the model takes {height}x{width} images only and the data is {size[0]}x{size[1]}: build it for "
+                f"that size with --model-kwargs img_size={size[0]} (or dynamic_img_size=True), or drop --img-size"
+            )
 
 
 def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:

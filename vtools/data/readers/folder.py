@@ -9,42 +9,59 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from timm.data import ImageNetInfo
 
-from vtools.data.decode import IMAGE_EXTENSIONS
+from vtools.data.decode import IMAGE_EXTENSIONS, not_a_file_reason
+from vtools.data.readers.scan import ImageEntries, has_image_entries, is_image_name, scan_folder
 from vtools.errors import UsageError
 
 
 def is_image(path: Path) -> bool:
     """An image by its extension; macOS's ``._name`` resource forks (copied along by archivers) are not."""
-    return path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith("._")
+    return is_image_name(path.name)
 
 
 def find_images(source: str) -> list[Path]:
-    """Images named by a folder (searched recursively), a glob, a text file of paths, or one image."""
+    """Images named by a folder (searched recursively), a glob, a text file of paths, or one image; an
+    entry that cannot be read is among them (:func:`find_image_entries` says which and why)."""
+    return find_image_entries(source).paths
+
+
+def find_image_entries(source: str) -> ImageEntries:
+    """The images of a folder (searched recursively), a glob, a text file of paths, or one image, with
+    the reason each entry known to be unreadable (a dangling link, a folder that cannot be listed, a
+    listed file that is missing) cannot be read: --on-bad-image decides about those as about a corrupt
+    file. A glob's matches are not stat'ed: an unreadable one is found when it is read."""
     path = Path(source).expanduser()
     if any(ch in source for ch in "*?["):
-        found = [Path(p) for p in sorted(glob.glob(source, recursive=True)) if is_image(Path(p))]
+        found = ImageEntries([Path(p) for p in sorted(glob.glob(source, recursive=True)) if is_image(Path(p))])
         what = f"the pattern {source!r}"
     elif path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and is_image(p))
-        what = f"the folder {path}"
+        found, what = scan_folder(path), f"the folder {path}"
     elif path.is_file() and path.suffix.lower() == ".txt":
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        found = [(path.parent / line) if not Path(line).is_absolute() else Path(line) for line in lines]
-        missing = [str(p) for p in found if not p.is_file()]
-        if missing:
-            raise UsageError(f"{path} lists {len(missing)} missing file(s), e.g. {missing[0]}")
-        what = f"the list {path}"
+        found, what = _listed_images(path), f"the list {path}"
     elif path.is_file():
-        found, what = [path], str(path)
+        found, what = ImageEntries([path]), str(path)
     else:
         raise UsageError(f"{source} does not exist")
-    if not found:
+    if not found.paths:
         raise UsageError(f"no images found in {what} (looked for {', '.join(IMAGE_EXTENSIONS)})")
+    return found
+
+
+def _listed_images(listing: Path) -> ImageEntries:
+    """The paths a text file lists (relative ones from its folder); a missing one is an unreadable entry."""
+    found = ImageEntries()
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            listed = Path(line.strip())
+            file = listed if listed.is_absolute() else listing.parent / listed
+            found.add(file, None if file.is_file() else f"listed in {listing}, but {not_a_file_reason(file)}")
     return found
 
 
@@ -78,23 +95,51 @@ def imagenet_class_map(classes: Sequence[str], num_classes: int | None) -> dict[
     return None
 
 
-def labelled_files(root: Path, class_map: dict[str, int] | None = None) -> tuple[list[Path], list[int], list[str]]:
-    """All images under ``root/<class>/`` with their labels, and the class names by label."""
+@dataclass
+class LabelledImages:
+    """The image entries of a split's class folders (unreadable ones with their reasons), each one's
+    label, and the class names by label."""
+
+    entries: ImageEntries
+    labels: list[int]
+    classes: list[str]
+
+
+def labelled_images(root: Path, class_map: dict[str, int] | None = None, check_empty: bool = True) -> LabelledImages:
+    """Every image entry under ``root/<class>/`` with its label. Without ``class_map`` labels follow the
+    sorted folder names, where an empty class folder would silently be a class (shifting the labels
+    after it): it is refused. With one (labels matched by name) an empty folder changes nothing: a
+    warning says so. ``check_empty=False`` leaves that to a later call that knows which applies."""
     classes = find_class_folders(root)
+    by_name = class_map is not None
     if class_map is None:
         class_map = {name: index for index, name in enumerate(classes)}
-    unknown = [name for name in classes if name not in class_map]
+    scanned = {name: scan_folder(root / name) for name in classes}
+    empty = [name for name in classes if not scanned[name].paths]
+    unknown = [name for name in classes if name not in class_map and name not in empty]  # empty: no labels needed
     if unknown:
         raise UsageError(f"class folder(s) {', '.join(unknown[:3])} under {root} are not in the class map")
-    paths, labels = [], []
+    found, labels = ImageEntries(), []
     for name in classes:
-        for file in sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image(p)):
-            paths.append(file)
-            labels.append(class_map[name])
-    if not paths:
+        found.extend(scanned[name])
+        labels += [class_map.get(name, -1)] * len(scanned[name].paths)
+    if not found.paths:
         raise UsageError(f"no images found in the class folders under {root}")
-    names_by_label = sorted(class_map, key=class_map.get)
-    return paths, labels, names_by_label
+    if empty and check_empty:
+        _empty_class_folders(root, empty, by_name)
+    return LabelledImages(found, labels, sorted(class_map, key=class_map.get))
+
+
+def _empty_class_folders(root: Path, empty: list[str], by_name: bool) -> None:
+    more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+    named = f"empty class folder{'s' if len(empty) > 1 else ''} {', '.join(str(root / n) for n in empty[:3])}{more}"
+    if by_name:
+        print(f"warning: {named}: labels are matched by class name, so this changes nothing", file=sys.stderr)
+        return
+    raise UsageError(
+        f"{named}: labels come from the sorted folder names, so an empty folder would still count as a class "
+        "and shift the labels of the folders after it; add images to it or remove it"
+    )
 
 
 SPLIT_ALIASES = {"validation": ("validation", "val", "eval", "evaluation", "valid"), "train": ("train", "training")}
@@ -112,25 +157,32 @@ def resolve_split_dir(root: str | os.PathLike, split: str) -> Path:
 
 
 def eval_class_map(
-    classes: Sequence[str], class_map_file: str | None, num_classes: int | None, model_class_names: Sequence[str] | None
+    classes: Sequence[str],
+    class_map_file: str | None,
+    num_classes: int | None,
+    model_class_names: Sequence[str] | None,
+    root: Path | None = None,
 ) -> tuple[dict[str, int] | None, str]:
     """How folder names become label indices, and a line saying which way was taken: --class-map, the
     model's own class names (matched ignoring case), ImageNet synsets, or (None) sorted folder order.
 
-    A partial match would give meaningless numbers, so it is refused unless --class-map says how.
+    A partial match would give meaningless numbers, so it is refused unless --class-map says how; an
+    empty folder under ``root`` needs no label, so its name need not match.
     """
     if class_map_file:
         return read_class_map(class_map_file), f"labels from --class-map {class_map_file}"
     if model_class_names:
         index = {name.lower(): i for i, name in enumerate(model_class_names)}
         unknown = [name for name in classes if name.lower() not in index]
+        unknown = [name for name in unknown if root is None or has_image_entries(root / name)]  # empty: no labels
         if unknown:
             raise UsageError(
                 f"{len(unknown)} of {len(classes)} class folders ({', '.join(unknown[:3])}) are not "
                 f"among the model's class names ({', '.join(list(model_class_names)[:5])}...); "
                 "pass --class-map to say which output each folder is"
             )
-        return {name: index[name.lower()] for name in classes}, "labels matched to the model's class names"
+        matched = {name: index[name.lower()] for name in classes if name.lower() in index}
+        return matched, "labels matched to the model's class names"
     mapping = imagenet_class_map(classes, num_classes)
     if mapping is not None:
         return mapping, "labels are the ImageNet-1k indices of the synset folders"

@@ -18,7 +18,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from vtools.data.datasets import DecodedImages, FileSamples
-from vtools.data.readers.folder import labelled_files, resolve_split_dir
+from vtools.data.readers.folder import labelled_images, resolve_split_dir
 from vtools.data.readers.torchvision import TorchvisionImages, torchvision_dataset
 from vtools.errors import UsageError
 
@@ -57,8 +57,9 @@ class Source:
 
 def _folders(request: SourceRequest, name: str) -> Source:
     split_dir = resolve_split_dir(request.root, request.split)
-    paths, labels, classes = labelled_files(split_dir, request.class_map)
-    return Source(FileSamples(paths, labels), classes, f"{split_dir} ({len(paths)} images)")
+    found = labelled_images(split_dir, request.class_map)
+    samples = FileSamples(found.entries.paths, found.labels, found.entries.unreadable)
+    return Source(samples, found.classes, f"{split_dir} ({len(samples)} images)")
 
 
 def _torchvision(request: SourceRequest, name: str) -> Source:

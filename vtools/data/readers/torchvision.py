@@ -9,6 +9,7 @@ import torch
 import torchvision
 from torch.utils.data import Dataset
 
+from vtools.data.step_errors import bad_sample_from
 from vtools.errors import UsageError
 
 # torchvision datasets reachable as --dataset torch/<name>: class and how it names its splits
@@ -40,10 +41,13 @@ class TorchvisionImages(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
-        image, label = self.dataset[index]
-        if isinstance(image, torch.Tensor):
-            image = torchvision.transforms.functional.to_pil_image(image)
-        return self.transform(image.convert(self.mode)), int(label), index
+        try:
+            image, label = self.dataset[index]
+            if isinstance(image, torch.Tensor):
+                image = torchvision.transforms.functional.to_pil_image(image)
+            return self.transform(image.convert(self.mode)), int(label), index
+        except Exception as err:  # one bad sample, named, instead of a worker's traceback
+            return bad_sample_from(err, f"{type(self.dataset).__name__}[{index}]"), -1, index
 
 
 def torchvision_dataset(name: str, root: str, split: str, download: bool) -> Dataset:
