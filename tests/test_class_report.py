@@ -258,6 +258,29 @@ def test_compare_reports_class_by_class(tmp_path: Path, capsys: pytest.CaptureFi
     assert "worsened none" in text
 
 
+@pytest.mark.cpu_only(reason="compares files")
+def test_compare_shows_a_class_one_report_lacks_as_a_dash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A class only the first report has: its later cells are empty in the csv (NaN to pandas) and '-' on
+    the console, not the word None."""
+    import pandas as pd
+
+    from vtools.commands.compare import main
+
+    logits, targets = logits_and_targets(seed=5)
+    classes = [f"c{i}" for i in range(NUM_CLASSES)]
+    write_report(tmp_path / "a", build_report(collect(logits, targets, torch.device("cpu")), classes))
+    write_report(tmp_path / "b", build_report(collect(logits, targets, torch.device("cpu")), classes))
+    per_class = tmp_path / "b" / "per_class.csv"
+    per_class.write_text("".join(line for line in per_class.read_text().splitlines(True) if not line.startswith("c0,")))
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "changes.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text
+    c0 = next(line for line in text.splitlines() if line.startswith("c0 "))
+    assert c0.split()[3:5] == ["-", "-"]  # class, support, top1 a, then top1 b and its delta
+    frame = pd.read_csv(tmp_path / "changes.csv").set_index("class")
+    assert frame.loc["c0", ["top1 b", "delta top1 b"]].isna().all()
+
+
 @pytest.mark.cpu_only(reason="names and host arrays")
 def test_a_run_with_more_outputs_than_classes_reports_every_output() -> None:
     """--num-classes above the data's class count: predictions may land on the extra outputs, which the

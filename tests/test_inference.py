@@ -208,8 +208,9 @@ def test_results_land_in_the_current_folder_by_default(
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "results written to model-topk2.csv" in proc.stdout
-    assert len(pd.read_csv(tmp_path / "model-topk2.csv")) == 12
+    name = f"{custom_model_dir.parent.name}-topk2.csv"  # a folder called model/ is named after its parent
+    assert f"results written to {name}" in proc.stdout
+    assert len(pd.read_csv(tmp_path / name)) == 12
 
 
 @pytest.mark.cpu_only(reason="console output is host-side")

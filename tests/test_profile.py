@@ -72,10 +72,11 @@ def test_validate_and_inference_profile(device_type: str, shipped_model: Path, t
     ]
     validated = run_script(["validate.py", *common, "--results-file", str(tmp_path / "v" / "r.csv")])
     assert validated.returncode == 0, validated.stderr
-    _check_trace(tmp_path / "v" / "profile-validate-model.pt.trace.json", validated.stdout, device_type, 2)
+    name = shipped_model.parent.name  # a folder called model/ is named after the folder holding it
+    _check_trace(tmp_path / "v" / f"profile-validate-{name}.pt.trace.json", validated.stdout, device_type, 2)
     inferred = run_script(["inference.py", *common, "--results-dir", str(tmp_path / "i")])
     assert inferred.returncode == 0, inferred.stderr
-    _check_trace(tmp_path / "i" / "profile-inference.pt.trace.json", inferred.stdout, device_type, 2)
+    _check_trace(tmp_path / "i" / f"profile-inference-{name}.pt.trace.json", inferred.stdout, device_type, 2)
 
 
 STAND_IN_PROFILER = """# Stand-in for torch_npu.profiler: its API (profile, schedule, ProfilerActivity.CPU/NPU,

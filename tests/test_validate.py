@@ -179,7 +179,8 @@ def test_several_models_in_one_run(
     assert [row["model"] for row in rows] == [str(custom_model_dir), str(other)]
     import pandas as pd
 
-    for row, name in zip(rows, ("model", "other")):  # one class report per model, named after it
+    names = (custom_model_dir.parent.name, "other")  # a folder called model/ is named after the folder holding it
+    for row, name in zip(rows, names):  # one class report per model, named after it
         folder = tmp_path / "reports" / name
         overall = pd.read_csv(folder / "overall.csv").iloc[0]
         assert overall["model"] == row["model"] and overall["top1"] == pytest.approx(row["top1"], abs=1e-4)

@@ -15,42 +15,30 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
-from vtools.errors import RunFailed, UsageError
-
-
-def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
-    """Fail early, before any work, if ``path`` cannot be written (creating its folder if needed)."""
-    target = Path(path).expanduser()
-    folder = target.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"{what} {target}: cannot create folder {folder} ({err.strerror})") from err
-    if target.is_dir():
-        raise UsageError(f"{what} {target} is a folder, not a file")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"{what} {target}: folder {folder} is not writable")
-    return target
+from vtools.errors import RunFailed
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Write through a temporary file in the same folder, then rename over ``path``."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    temp = ""
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(handle, "wb") as stream:
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temp, shared_file_mode())  # mkstemp makes 0600; results are for sharing, as open() would
         os.replace(temp, target)
-    except OSError as err:  # a full disk, a quota, a file-size limit: the old file stays as it was
-        Path(temp).unlink(missing_ok=True)
+    except OSError as err:  # a full disk, a quota, a folder gone read-only: the old file stays as it was
+        if temp:
+            Path(temp).unlink(missing_ok=True)
         kept = "the previous version is intact" if target.exists() else f"{target.name} was not created"
         raise RunFailed(f"could not write {target} ({err.strerror or err}); {kept}") from err
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        if temp:
+            Path(temp).unlink(missing_ok=True)
         raise
     return target
 

@@ -78,6 +78,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
 
 def _short(value: Any) -> str:
+    if value is None:  # a value that is not there: the csv's empty cell, NaN to pandas
+        return "-"
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}".rstrip("0").rstrip(".")
     text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)

@@ -157,11 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import tempfile
 
-    from vtools.atomic import check_writable
+    from vtools.outputs import Output, check_outputs
     from vtools.results import format_table, write_rows
 
     if args.output:
-        check_writable(args.output, "--output")
+        check_outputs(
+            [("--data", args.data), ("--timm-train", args.timm_train)], [Output("--output", Path(args.output))]
+        )
     rows = []
     with tempfile.TemporaryDirectory(prefix="vtools-bench-") as stores:
         _convert_stores(args, Path(stores))

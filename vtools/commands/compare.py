@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
-from vtools.atomic import check_writable
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
-from vtools.evaluation.report_compare import class_rows, load_reports, movers, overall_rows
+from vtools.evaluation.report_compare import class_rows, load_reports, movers, overall_rows, report_inputs
+from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
     if args.output:
-        check_writable(args.output, "--output")
+        check_outputs(report_inputs(args.reports), [Output("--output", Path(args.output))])
     reports = load_reports(args.reports)
     short = [replace(report, label=chr(ord("A") + i)) for i, report in enumerate(reports)]  # console columns
     for letter, report in zip(short, reports):

@@ -28,8 +28,9 @@ from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images, compare, default_output, write_onnx
 from vtools.errors import RunFailed, UsageError
-from vtools.models.create import create_model
+from vtools.models.create import create_model, model_files
 from vtools.optional import optional_module
+from vtools.outputs import Output, check_outputs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     target = default_output(args)
     if not target.parent.is_dir():
         raise UsageError(f"--output {target}: the folder {target.parent} does not exist")
+    inputs = [*model_files(args.model_name), ("--checkpoint", args.checkpoint), ("--data", args.data)]
+    check_outputs(inputs, [Output("--output" if args.output else "the ONNX file", target)])
     find_images(args.data)  # a bad --data fails before the model is built
     model = create_model(
         args.model_name,

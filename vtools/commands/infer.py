@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vtools.atomic import check_writable
 from vtools.cli.options import (
     add_data_source_args,
     add_dataset_args,
@@ -21,23 +20,28 @@ from vtools.cli.options import (
     add_loader_args,
     add_model_args,
     add_preprocess_args,
+    model_in_chans,
     preprocess_overrides,
     timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
-from vtools.data.datasets import FileSamples
+from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import eval_device_loader
-from vtools.data.readers.folder import find_images, read_class_map
+from vtools.data.memory_estimate import LoaderUse, check_host_memory
+from vtools.data.readers.folder import find_image_entries, read_class_map
 from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.readers.scan import ImageEntries
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
 from vtools.evaluation.loops import predict
 from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval
-from vtools.models.create import create_model
+from vtools.models.activation_memory import activation_bytes_per_image
+from vtools.models.create import create_model, model_files, model_label
 from vtools.models.folder import LABEL_TYPES, label_lookup
 from vtools.models.prepare import use_channels_last
 from vtools.observe.profiling import StepProfiler
+from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import setup_runtime
@@ -121,12 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
     """Where each requested format is written: always somewhere, as in timm's inference.py (by default
-    <model>-topk<K>.<format> in the current folder), so predictions are never only on the console."""
-    name = args.results_file or f"{Path(args.model.rstrip('/')).name.replace(':', '_')}-topk{args.topk}"
+    <model>-topk<K>.<format> in the current folder), so predictions are never only on the console. A run's
+    model folder is named after its run (runs/a/model: a-topk1.csv), so two runs' results never share a name."""
+    name = args.results_file or f"{model_label(args.model)}-topk{args.topk}"
     base = Path(args.results_dir or ".") / name
     if base.suffix.lstrip(".") in RESULT_FORMATS:
         base = base.with_suffix("")
-    return [(base.with_name(f"{base.name}.{fmt}"), fmt) for fmt in args.results_format]
+    return [(base.with_name(f"{base.name}.{fmt}"), fmt) for fmt in dict.fromkeys(args.results_format)]
 
 
 def make_rows(
@@ -173,23 +178,43 @@ def make_rows(
     return rows
 
 
-def folder_images(source: str, class_map_file: str) -> list[Path]:
-    """The images of SOURCE; with --class-map (as timm's folder reader) only those whose folder's name is
-    in the map (an image directly in SOURCE has the name '')."""
-    found = find_images(source)
+def folder_images(source: str, class_map_file: str) -> FileSamples:
+    """The images of SOURCE (unreadable entries among them, with their reasons); with --class-map (as
+    timm's folder reader) only those whose folder's name is in the map (an image directly in SOURCE has
+    the name '')."""
+    found = find_image_entries(source)
     if not class_map_file:
-        return found
+        return FileSamples(found.paths, unreadable=found.unreadable)
     if not Path(source).is_dir():
         raise UsageError(f"--class-map selects the class folders of a folder SOURCE; {source} is not a folder")
     names = read_class_map(class_map_file)
     root = Path(source)
-    kept = [p for p in found if (p.parent.name if p.parent != root else "") in names]
-    if not kept:
+    kept = ImageEntries()
+    for index, path in enumerate(found.paths):
+        if (path.parent.name if path.parent != root else "") in names:
+            kept.add(path, found.unreadable.get(index))
+    if not kept.paths:
         raise UsageError(
             f"--class-map {class_map_file}: none of the folders under {source} holding images is among its "
             f"{len(names)} classes"
         )
-    return kept
+    return FileSamples(kept.paths, unreadable=kept.unreadable)
+
+
+def check_paths(args: argparse.Namespace, source: str, results: list[Path]) -> None:
+    """The results files (and the --profile trace) are apart from what this command reads, and their folder
+    takes a file, before any model is built or image read."""
+    inputs = [("SOURCE", source), ("--class-map", args.class_map), ("--checkpoint", args.checkpoint)]
+    outputs = [Output("results file", path) for path in results]
+    if args.profile:
+        outputs.append(
+            Output("--profile trace", StepProfiler.trace_path(Path(args.results_dir or "."), _profile_label(args)))
+        )
+    check_outputs([*inputs, *model_files(args.model)], outputs)
+
+
+def _profile_label(args: argparse.Namespace) -> str:
+    return f"inference-{model_label(args.model)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,20 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.exclude_output and args.topk == 0:
         raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")
     outputs_to = result_paths(args)
-    for path, _ in outputs_to:
-        check_writable(path, "results file")
+    check_paths(args, source, [path for path, _ in outputs_to])
     samples = (
         open_source(
             SourceRequest(args.dataset, source, args.split, args.dataset_download, args.input_key, args.target_key)
         ).samples
         if args.dataset
-        else FileSamples(folder_images(source, args.class_map))
+        else folder_images(source, args.class_map)
     )
+    refuse_known_bad(samples, args.on_bad_image)
     model = create_model(
         args.model,
         pretrained=args.pretrained or not args.checkpoint,
         num_classes=args.num_classes,
-        in_chans=args.in_chans,
+        in_chans=model_in_chans(args),
         model_kwargs=timm_model_kwargs(args),
         checkpoint=args.checkpoint or None,
         use_ema=args.use_ema,
@@ -229,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     labels = label_lookup(model, args.label_type)
     data_config = data_config_for(model, preprocess_overrides(args))  # the train size, as timm's inference.py
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    check_host_memory(
+        [LoaderUse("inference", data_config, samples)],
+        args.batch_size,
+        runtime.device,
+        runtime.budget.workers,
+        lambda: activation_bytes_per_image(model, data_config["input_size"], training=False),  # before compile
+    )
     model = ready_for_eval(args, model, data_config, runtime.model_dtype, channels_last)  # --test-pool: crop 1.0
     mode = image_mode(data_config, args.input_img_mode)
     check_input_mode(mode, data_config)
@@ -244,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         bad_image_handler(args.on_bad_image, skipped),
         dtype=runtime.model_dtype,
     )
-    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), "inference")
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), _profile_label(args))
     outputs = list(predict(model, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
     rows = make_rows(args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, labels)
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:

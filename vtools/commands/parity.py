@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
-from vtools.atomic import check_writable
 from vtools.cli.options import (
     add_device_args,
     add_model_args,
     add_preprocess_args,
+    model_in_chans,
     preprocess_overrides,
     timm_model_kwargs,
 )
@@ -34,8 +35,9 @@ from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images
 from vtools.errors import RunFailed, UsageError
-from vtools.models.create import create_model
+from vtools.models.create import create_model, model_files
 from vtools.observe import parity
+from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device, seed_everything
@@ -112,7 +114,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.data:
         find_images(args.data)  # a bad --data fails before any model is built
     if args.results_file:
-        check_writable(args.results_file, "--results-file")
+        inputs = [*model_files(args.model), ("--checkpoint", args.checkpoint), ("--data", args.data)]
+        check_outputs(inputs, [Output("--results-file", Path(args.results_file))])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     refuse_torchrun("python -m vtools parity")
     check_args(args)
     runtime = setup_runtime(args)  # --device, its AMP policy, the cpu budget
-    reference = resolve_device(args.against, args.device_modules or ())
+    reference = resolve_device(args.against, args.device_modules or (), flag="--against")
     reference_amp = resolve_amp(reference, False)
     tols = parity.default_tolerances(runtime.amp.dtype_name, args.tol, args.grad_tol)
     # both sides at full fp32 where torch's generic switch reaches (it undoes TF32 matmuls on CUDA)
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model,
         pretrained=args.pretrained,
         num_classes=args.num_classes,
-        in_chans=args.in_chans,
+        in_chans=model_in_chans(args),
         model_kwargs=timm_model_kwargs(args),
         checkpoint=args.checkpoint or None,
         use_ema=args.use_ema,

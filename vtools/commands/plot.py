@@ -1,6 +1,9 @@
 """``vtools plot RUN [RUN ...]``: draw loss, top-1 and lr against epoch for training runs into one PNG.
 
 Each RUN is a train.py run folder (or its summary.csv); train.py draws ``<run>/curves.png`` itself when it ends.
+One run is drawn into its own curves.png (the picture train.py drew, brought up to date); several runs need
+``-o``: a picture of several runs has no folder of its own, and a default name in the current folder would
+replace whatever file had it.
 """
 
 from __future__ import annotations
@@ -9,17 +12,41 @@ import sys
 from pathlib import Path
 
 from vtools.cli.parser import OneLineParser
+from vtools.errors import UsageError
 from vtools.observe.curves import plot_runs, read_summary_rows
+from vtools.outputs import Output, check_outputs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m vtools plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders of train.py (or their summary.csv)")
-    parser.add_argument("--output", "-o", default="curves.png", metavar="PNG", help="(default: curves.png)")
+    parser.add_argument(
+        "--output", "-o", default="", metavar="PNG", help="(default: one RUN's own curves.png; several RUNs need it)"
+    )
     args = parser.parse_args(argv)
     runs = [Path(run) for run in args.runs]
     for run in runs:
         read_summary_rows(run)  # every input checked before anything is drawn
-    print(f"curves of {len(runs)} run(s) written to {plot_runs(runs, Path(args.output))}")
+    out = Path(args.output) if args.output else own_picture(runs)
+    inputs = [read for run in runs for read in run_files(run)]
+    check_outputs(inputs, [Output("--output" if args.output else "the run's picture", out)])
+    print(f"curves of {len(runs)} run(s) written to {plot_runs(runs, out)}")
     sys.stdout.flush()
     return 0
+
+
+def own_picture(runs: list[Path]) -> Path:
+    """The default picture: one run's own curves.png; several runs have none."""
+    if len(runs) > 1:
+        raise UsageError(f"{len(runs)} runs are drawn into one picture: name it with -o PNG")
+    return _folder(runs[0]) / "curves.png"
+
+
+def run_files(run: Path) -> list[tuple[str, Path]]:
+    """What drawing ``run`` reads: its summary.csv, and its config.yaml for the best epoch's metric."""
+    summary = run / "summary.csv" if run.is_dir() else run
+    return [(f"RUN {run}'s summary", summary), (f"RUN {run}'s config", _folder(run) / "config.yaml")]
+
+
+def _folder(run: Path) -> Path:
+    return run if run.is_dir() else run.parent

@@ -22,6 +22,7 @@ from pathlib import Path
 from vtools.cli.parser import OneLineParser
 from vtools.data.shard_writer import convert
 from vtools.errors import UsageError
+from vtools.outputs import Output, check_outputs
 from vtools.runtime.cpu_budget import usable_cores
 
 
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         if value < 1:
             raise UsageError(f"{flag} must be positive, got {value}")
     out = Path(args.out)
+    check_outputs([("FOLDER", args.source)], [Output("OUT", out, files=())])
     info = convert(
         Path(args.source),
         out,

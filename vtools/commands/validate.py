@@ -13,6 +13,7 @@ import gc
 import glob
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ import timm
 import torch
 from timm.utils import check_batch_size_retry, decay_batch_step, random_seed
 
-from vtools.atomic import check_writable
 from vtools.cli.options import (
     add_data_source_args,
     add_dataset_args,
@@ -28,17 +28,20 @@ from vtools.cli.options import (
     add_loader_args,
     add_model_args,
     add_preprocess_args,
+    model_in_chans,
     preprocess_overrides,
     timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
+from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader
+from vtools.data.memory_estimate import LoaderUse, check_host_memory
 from vtools.data.readers.folder import (
     eval_class_map,
     find_class_folders,
-    labelled_files,
+    labelled_images,
     resolve_split_dir,
 )
 from vtools.data.readers.registry import Source, SourceRequest, open_source
@@ -55,18 +58,21 @@ from vtools.evaluation.metrics import (
 )
 from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval, reparameterized
 from vtools.evaluation.predictions import PredictionLog
-from vtools.evaluation.report_files import write_report
-from vtools.models.create import create_model
+from vtools.evaluation.report_files import CONFUSION_CELLS, report_file_names, write_report
+from vtools.models.activation_memory import activation_bytes_per_image
+from vtools.models.create import create_model, model_files, model_label
 from vtools.models.folder import class_names_of
 from vtools.models.prepare import count_params, use_channels_last
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
-from vtools.observe.report_plots import draw_report
+from vtools.observe.report_plots import CONFUSION_PNG, RELIABILITY_PNG, draw_report
+from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import Runtime, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
+REPORT_NAMES = (*report_file_names(1), CONFUSION_CELLS, CONFUSION_PNG, RELIABILITY_PNG)  # what --report writes
 
 NUM_SAMPLES_REASON = (
     "sets the length of a streamed split whose size is unknown; every source here knows its size, and one "
@@ -217,8 +223,9 @@ def check_data_first(args: argparse.Namespace) -> None:
         raise UsageError("give the data to validate (DIR or --data-dir)")
     if args.dataset:
         open_source(_request(args))
-    else:
-        labelled_files(resolve_split_dir(root, args.split))
+    else:  # empty class folders are judged once the model says how labels are matched
+        found = labelled_images(resolve_split_dir(root, args.split), check_empty=False)
+        refuse_known_bad(FileSamples(found.entries.paths, unreadable=found.entries.unreadable), args.on_bad_image)
 
 
 def _request(args: argparse.Namespace, class_map: dict[str, int] | None = None) -> SourceRequest:
@@ -241,25 +248,35 @@ def build_eval_loader(
     runtime: Runtime,
     channels_last: bool,
     skipped: list[str],
+    activations: Callable[[], int | None] | None = None,
 ) -> tuple[DeviceLoader, Source]:
     """The validation set, as normalized batches on the device, for a model with ``outputs`` scored
     outputs named ``class_names`` (after --valid-labels). Class folders are matched to those names;
-    other sources carry their labels as stored."""
+    other sources carry their labels as stored. Refused first when its batches cannot fit in the host's
+    memory (``activations``: the model's activation bytes per image, for a model on the host's cores)."""
     class_map = None
     if not args.dataset:
         split_dir = resolve_split_dir(args.data or args.data_dir, args.split)
         classes = find_class_folders(split_dir)
-        class_map, how = eval_class_map(classes, args.class_map, outputs, class_names)
-        print(f"{split_dir}: {len(classes)} class folders; {how}")
+        class_map, how = eval_class_map(classes, args.class_map, outputs, class_names, split_dir)
     source = open_source(_request(args, class_map))
     if args.dataset:
         print(f"{source.description}; labels as the dataset stores them")
+    else:
+        print(f"{split_dir}: {len(classes)} class folders, {len(source)} images; {how}")
     labels = getattr(source.samples, "labels", None)  # folders: known up front
     if (max(labels) if labels else len(source.classes or []) - 1) >= outputs:
         raise UsageError(_too_many_classes(source, args.model, outputs))
     mode = image_mode(data_config, args.input_img_mode)
     check_input_mode(mode, data_config)
     dataset = source.images(eval_transform(data_config, args.crop_border_pixels), mode)
+    check_host_memory(
+        [LoaderUse("validation", data_config, source.samples)],
+        args.batch_size,
+        runtime.device,
+        runtime.budget.workers,
+        activations,
+    )
     loader = eval_device_loader(
         dataset,
         args.batch_size,
@@ -295,7 +312,7 @@ def validate_one(
         model_name,
         pretrained=pretrained,
         num_classes=args.num_classes,
-        in_chans=args.in_chans,
+        in_chans=model_in_chans(args),
         model_kwargs=timm_model_kwargs(args),
         checkpoint=checkpoint or None,
         use_ema=args.use_ema,
@@ -314,8 +331,15 @@ def validate_one(
         class_names = [class_names[i] for i in valid_labels] if class_names else None
     skipped: list[str] = []
     channels_last = use_channels_last(args.channels_last, model, runtime.device)
+    plain = model  # measured on the meta device before torch.compile wraps it
+
+    def activations() -> int | None:
+        return activation_bytes_per_image(plain, data_config["input_size"], training=False)
+
     model = ready_for_eval(args, model, data_config, runtime.model_dtype, channels_last)  # --test-pool: crop 1.0
-    loader, source = build_eval_loader(args, outputs, class_names, data_config, runtime, channels_last, skipped)
+    loader, source = build_eval_loader(
+        args, outputs, class_names, data_config, runtime, channels_last, skipped, activations
+    )
     counts = ClassCounts(outputs, runtime.device) if args.metrics_avg else None
     real = _real_labels(args.real_labels, source, outputs) if args.real_labels else None
     log = PredictionLog() if report_dir is not None else None
@@ -329,7 +353,7 @@ def validate_one(
             log.add(logits, targets, indices)
 
     profiler = StepProfiler(
-        args.profile, runtime.device, Path(args.results_file or "results").parent, f"validate-{Path(model_name).name}"
+        args.profile, runtime.device, _profile_folder(args), f"validate-{pair_name(model_name, checkpoint)}"
     )
     result = evaluate(
         model,
@@ -386,17 +410,38 @@ def validate_one(
 
 
 def check_report_args(args: argparse.Namespace) -> None:
-    """The report's options, and its folder writable, before any model is created."""
+    """The report's options, before any model is created."""
     if args.report_worst < 0:
         raise UsageError(f"--report-worst must be 0 (every mistake) or more, got {args.report_worst}")
     if args.calibration_bins < 1:
         raise UsageError(f"--calibration-bins must be 1 or more, got {args.calibration_bins}")
-    if Path(args.report).is_file():
-        raise UsageError(f"--report {args.report} is a file; give a folder")
-    folder = Path(args.report)
-    parent = next(p for p in (folder, *folder.parents) if p.exists())
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"--report {args.report}: {parent} is not writable")
+
+
+def check_paths(args: argparse.Namespace, pairs: list[tuple[str, str]], reports: list[Path | None]) -> None:
+    """Every file this validation writes (results, class reports, profiles) is apart from what it reads
+    and from each other, and its folder takes a file, before any model is built or data read."""
+    inputs = [
+        ("the data folder", args.data or args.data_dir),
+        ("--class-map", args.class_map),
+        ("--valid-labels", args.valid_labels),
+        ("--real-labels", args.real_labels),
+    ]
+    inputs += [found for model in dict.fromkeys(model for model, _ in pairs) for found in model_files(model)]
+    inputs += [("--checkpoint", checkpoint) for checkpoint in dict.fromkeys(ckpt for _, ckpt in pairs)]
+    outputs = [Output("--results-file", Path(args.results_file))] if args.results_file else []
+    several = len(pairs) > 1
+    for (model, checkpoint), folder in zip(pairs, reports):
+        if folder is not None:
+            outputs.append(Output(f"the --report of {model}" if several else "--report", folder, REPORT_NAMES))
+        if args.profile:
+            trace = StepProfiler.trace_path(_profile_folder(args), f"validate-{pair_name(model, checkpoint)}")
+            outputs.append(Output(f"the --profile trace of {model}" if several else "--profile trace", trace))
+    check_outputs(inputs, outputs)
+
+
+def _profile_folder(args: argparse.Namespace) -> Path:
+    """--profile traces go beside the results file, or into the current folder."""
+    return Path(args.results_file or "results").parent
 
 
 def report_summary(report: ClassReport) -> str:
@@ -424,8 +469,12 @@ def report_folders(spec: str, pairs: list[tuple[str, str]]) -> list[Path | None]
         return [None] * len(pairs)
     if len(pairs) == 1:
         return [Path(spec)]
-    names = [Path(model).name + (f"-{Path(ckpt).name.split('.')[0]}" if ckpt else "") for model, ckpt in pairs]
-    return [Path(spec) / name for name in names]
+    return [Path(spec) / pair_name(model, checkpoint) for model, checkpoint in pairs]
+
+
+def pair_name(model: str, checkpoint: str) -> str:
+    """A model/checkpoint pair's name in the files written for it: its report folder, its profile trace."""
+    return model_label(model) + (f"-{Path(checkpoint).name.split('.')[0]}" if checkpoint else "")
 
 
 def _real_labels(real_json: str, source: Source, outputs: int) -> RealLabels:
@@ -469,6 +518,13 @@ def _out_of_memory(err: RuntimeError) -> bool:
     return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
+def _skipped_text(row: dict[str, Any]) -> str:
+    """How many images the set has and how many of them were skipped, when some were."""
+    if not row["skipped"]:
+        return ""
+    return f" ({row['samples'] + row['skipped']} found, {row['skipped']} unreadable skipped)"
+
+
 def _metrics_line(row: dict[str, Any], average: str | None) -> str:
     if not average:
         return ""
@@ -483,23 +539,31 @@ def main(argv: list[str] | None = None) -> int:
     refuse_torchrun("validate.py")
     check_values(args)
     runtime = setup_runtime(args)
-    if args.results_file:
-        check_writable(args.results_file, "--results-file")
     if args.report:
         check_report_args(args)
-    check_data_first(args)
     models = expand_models(args.model, args.pretrained)
     checkpoints = expand_checkpoints(args.checkpoint)
-    rows = []
-    retry = args.retry or len(models) * len(checkpoints) > 1  # timm retries every model of a bulk run
     pairs = [(model_name, checkpoint) for model_name in models for checkpoint in checkpoints]
+    reports = report_folders(args.report, pairs)
+    check_paths(args, pairs, reports)
+    check_data_first(args)
+    rows, failures = [], []
+    retry = args.retry or len(pairs) > 1  # timm retries every model of a bulk run
     with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
-        for (model_name, checkpoint), report_dir in zip(pairs, report_folders(args.report, pairs)):
-            row = validate_with_retry(args, model_name, checkpoint, runtime, retry, report_dir)
+        for (model_name, checkpoint), report_dir in zip(pairs, reports):
+            try:
+                row = validate_with_retry(args, model_name, checkpoint, runtime, retry, report_dir)
+            except (UsageError, RunFailed) as err:
+                if len(pairs) == 1:
+                    raise
+                name = model_name + (f" @ {checkpoint}" if checkpoint else "")
+                failures.append((name, err))  # as timm's bulk validation: the other models still run
+                print(f" * {name}: not validated: {err}", flush=True)
+                continue
             print(
                 f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
                 f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                f"loss {row['loss']:.4f} on {row['samples']} images, {row['img_per_sec']:.1f} img/s"
+                f"loss {row['loss']:.4f} on {row['samples']} images{_skipped_text(row)}, {row['img_per_sec']:.1f} img/s"
                 + _metrics_line(row, args.metrics_avg),
                 flush=True,
             )
@@ -518,9 +582,26 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
     fallbacks_file = None
-    if args.results_file:
+    if args.results_file and rows:
         write_rows(args.results_file, rows, args.results_format)
         print(f"results written to {args.results_file}")
         fallbacks_file = fallbacks.write_csv(Path(args.results_file).with_suffix(f".{CSV_NAME}"))
     print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
+    if failures:
+        raise models_failed(failures, len(pairs), args.results_file if rows else "")
     return 0
+
+
+def models_failed(failures: list[tuple[str, Exception]], total: int, results_file: str) -> UsageError | RunFailed:
+    """The one line that ends a validation of several models some of which failed: the first failure's
+    reason, the other failed models, and where the finished rows are. Exit 2 when any failure is input the
+    user can fix (a wrong name, a model that does not fit the data), else 3 (a run that failed on its own):
+    either way a script sees that rows are missing."""
+    model, error = failures[0]
+    text = f"{len(failures)} of {total} models failed: " + (str(error) if model in str(error) else f"{model}: {error}")
+    if len(failures) > 1:
+        text += f" (and {', '.join(name for name, _ in failures[1:])}: see above)"
+    if results_file:
+        text += f"; the results of the other {total - len(failures)} are in {results_file}"
+    kind = UsageError if any(isinstance(err, UsageError) for _, err in failures) else RunFailed
+    return kind(text)

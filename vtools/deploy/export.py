@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from vtools.data.datasets import ImageFiles
-from vtools.data.decode import bad_image_handler
+from vtools.data.decode import BadSample
 from vtools.data.loaders import eval_device_loader
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import eval_transform, image_mode
-from vtools.errors import RunFailed
+from vtools.errors import RunFailed, UsageError
 from vtools.models.create import model_folder_of
 from vtools.optional import optional_module
 
@@ -39,13 +39,21 @@ def default_output(args: argparse.Namespace) -> Path:
 
 
 def check_images(data: str, data_config: dict[str, Any], count: int) -> torch.Tensor:
-    """Up to ``count`` real images, through the same loader and normalization validate.py uses."""
+    """Up to ``count`` real images from --data, through the same loader and normalization validate.py uses."""
     paths = find_images(data)[:count]
     dataset = ImageFiles(paths, None, eval_transform(data_config), image_mode(data_config))
-    loader = eval_device_loader(
-        dataset, len(paths), torch.device("cpu"), 0, data_config, False, bad_image_handler("error", [])
-    )
+    loader = eval_device_loader(dataset, len(paths), torch.device("cpu"), 0, data_config, False, _refuse_bad_image)
     return torch.cat([batch.images for batch in loader])
+
+
+def _refuse_bad_image(samples: list[BadSample]) -> None:
+    """The commands that check on a few --data images (export, parity) have no --on-bad-image to skip one:
+    the first that fails stops them, with the advice that fits them."""
+    for sample in samples:
+        raise UsageError(
+            f"--data: cannot use image {sample.path}: {sample.describe()}; remove it from --data, or give --data "
+            "other images"
+        )
 
 
 def write_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:

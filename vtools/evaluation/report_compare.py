@@ -42,6 +42,11 @@ def load_reports(paths: Sequence[str]) -> list[LoadedReport]:
     return reports
 
 
+def report_inputs(paths: Sequence[str]) -> list[tuple[str, Path]]:
+    """The files a comparison of ``paths`` reads, as (what, path): where its output must not go."""
+    return [(f"REPORT {path}'s {name}", report_folder(path) / name) for path in paths for name in (OVERALL, PER_CLASS)]
+
+
 def _name(folder: Path) -> str:
     """A run's report is named after its run folder, a validate.py report after its own."""
     return folder.parent.name if folder.name == "eval" else folder.name

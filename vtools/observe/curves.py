@@ -7,7 +7,7 @@ lr, img/s). ``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr
 against epoch for one or several runs from their ``summary.csv`` files into a
 PNG; train.py draws ``<run>/curves.png`` when it ends.
 
-tensorboard and matplotlib are optional (requirements-deploy.txt).
+tensorboard is optional (requirements-deploy.txt); matplotlib is a core requirement.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from vtools.atomic import atomic_write
-from vtools.optional import optional_module
+from vtools.optional import CORE, optional_module
 
 
 def pyplot(purpose: str) -> Any:
     """matplotlib.pyplot on the file-only Agg backend; a one-line error naming ``purpose`` without it."""
-    matplotlib = optional_module("matplotlib", purpose)
+    matplotlib = optional_module("matplotlib", purpose, CORE)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -31,9 +31,14 @@ class StepProfiler:
     def __init__(self, steps: int, device: torch.device, out_dir: Path, label: str, enabled: bool = True) -> None:
         self.steps = steps if enabled else 0
         self.device = device
-        self.trace = out_dir / f"profile-{label}.pt.trace.json"
+        self.trace = self.trace_path(out_dir, label)
         self.done = self.steps <= 0
         self.taken = 0  # steps the loop has taken under the profiler
+
+    @staticmethod
+    def trace_path(out_dir: Path, label: str) -> Path:
+        """Where the trace of ``label`` goes: a command checks it before any work."""
+        return out_dir / f"profile-{label}.pt.trace.json"
 
     def wrap(self, loader: Any) -> Any:
         """The loader itself, or (until one profile is taken) a view of it that steps the profiler."""

@@ -5,7 +5,7 @@ end, and a report can be redrawn. The confusion picture stays legible at any
 class count: up to ``FULL_MATRIX_MAX`` classes it shows the whole matrix; beyond
 that, the classes of the most frequent mistakes (at most ``FOCUS_CLASSES``).
 Cells are coloured by their share of the label's samples and carry counts.
-matplotlib is optional (requirements-deploy.txt).
+matplotlib comes with requirements.txt.
 """
 
 from __future__ import annotations
