@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import REPO, assert_usage_error, device_flags, run_script
+from tests.conftest import REPO, assert_usage_error, device_flags, load_emulated_npu, run_script
 from vtools.errors import UsageError
-from vtools.runtime.amp import resolve_amp
+from vtools.runtime.amp import AmpPolicy, resolve_amp
 
 
 def test_amp_off_is_full_precision(device: torch.device) -> None:
@@ -47,7 +47,7 @@ BF16_PROBE = """
 import sys
 import tests.emulated_npu
 import torch
-from vtools.runtime.amp import resolve_amp
+from vtools.runtime.amp import AmpPolicy, resolve_amp
 from vtools.errors import UsageError
 device = torch.device("npu", 0)
 policy = resolve_amp(device, amp=True)
@@ -76,3 +76,26 @@ def test_cli_explicit_bf16_on_bf16less_npu_is_one_line() -> None:
     )
     assert_usage_error(proc, "does not support bfloat16")
     assert REPO.joinpath("train.py").exists()
+
+
+def test_non_finite_advice_fits_the_precision_and_the_device() -> None:
+    """A diverged float16 run is told to use bfloat16 only where the device has it: an Ascend 910A was told
+    to use --amp-dtype bfloat16, which it refuses; at bfloat16 or float32 the precision is not the cause."""
+    assert (
+        AmpPolicy("npu", torch.float16, bf16_supported=True)
+        .non_finite_advice()
+        .endswith("or use --amp-dtype bfloat16: float16 overflows above 65504")
+    )
+    on_910a = AmpPolicy("npu", torch.float16, bf16_supported=False).non_finite_advice()
+    assert "train without --amp (no bfloat16 here)" in on_910a and "--amp-dtype" not in on_910a
+    for dtype in (torch.bfloat16, None):
+        assert AmpPolicy("npu", dtype, bf16_supported=False).non_finite_advice() == "lower --lr or add --clip-grad"
+
+
+@pytest.mark.npu_only(reason="an Ascend 910A without bf16 is an npu situation")
+def test_a_910a_policy_advises_full_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    load_emulated_npu()
+    monkeypatch.setenv("VTOOLS_EMU_NPU_CHIP", "910A")
+    policy = resolve_amp(torch.device("npu", 0), amp=True)
+    assert policy.dtype == torch.float16 and not policy.bf16_supported
+    assert "train without --amp" in policy.non_finite_advice()

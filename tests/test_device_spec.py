@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -31,6 +34,23 @@ def test_parse_valid_specs(spec: str, expected: tuple) -> None:
 def test_parse_malformed_specs(spec: str) -> None:
     with pytest.raises(UsageError, match="malformed"):
         dev.parse_device_spec(spec)
+
+
+@pytest.mark.parametrize("spec", ["npu:x", "cpu:1"])
+def test_a_malformed_spec_names_the_flag_that_gave_it(spec: str) -> None:
+    """parity's --against is resolved like --device; its errors named --device."""
+    with pytest.raises(UsageError, match=f"malformed --against '{spec}'"):
+        dev.parse_device_spec(spec, flag="--against")
+
+
+def test_the_emulator_is_suggested_only_where_it_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """In a source checkout, --device npu without torch_npu says how to try the npu path on the emulated npu;
+    an installed copy of vtools has no tests/ folder, and says nothing of it."""
+    monkeypatch.setattr(sys, "argv", ["/anywhere/train.py"])
+    assert dev._emulator_hint("npu", "--device").endswith("python3 -m tests.emulated_npu train.py ... --device npu")
+    assert dev._emulator_hint("xpu", "--device") == ""
+    monkeypatch.setattr(dev, "_EMULATOR", str(tmp_path / "tests"))
+    assert dev._emulator_hint("npu", "--device") == ""
 
 
 def test_resolve_gives_current_device(device: torch.device) -> None:

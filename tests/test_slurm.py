@@ -110,6 +110,38 @@ def test_missing_master_address_is_one_line(launch_env: dict[str, str], missing:
     assert "RANK" not in launch_env  # nothing half-adopted
 
 
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        ({"SLURM_NTASKS": "abc"}, "SLURM_NTASKS='abc' is not a whole number of 1 or more"),
+        ({"SLURM_NTASKS": "0"}, "SLURM_NTASKS='0' is not a whole number of 1 or more"),
+        ({"SLURM_PROCID": "-1"}, "SLURM_PROCID='-1' is not a whole number of 0 or more"),
+        ({"SLURM_PROCID": "5"}, "SLURM_PROCID=5 is not below SLURM_NTASKS=2 (ranks run from 0 to 1)"),
+        ({"SLURM_PROCID": "2"}, "SLURM_PROCID=2 is not below SLURM_NTASKS=2"),
+        ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 is not below SLURM_NTASKS=2"),
+        ({"PMI_SIZE": "x"}, "PMI_SIZE='x' is not a whole number"),  # read before SLURM_NTASKS, as timm does
+    ],
+)
+def test_launch_variables_no_run_can_use_are_one_line(
+    launch_env: dict[str, str], variables: dict[str, str], message: str
+) -> None:
+    """A task variable that is no whole number ended in int()'s traceback, and a rank outside the tasks waited
+    in the rendezvous for ranks that never come, forever and silently: both stop in one line naming them,
+    before any export (the MASTER_* are set: the wait was reachable)."""
+    launch_env.update(_slurm(1, 2, 1), **MASTER)
+    launch_env.update(variables)
+    for check in (adopt_srun_launch, lambda: refuse_torchrun("validate.py")):
+        with pytest.raises(UsageError) as caught:
+            check()
+        assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert "RANK" not in launch_env
+
+
+def test_the_last_rank_is_in_range(launch_env: dict[str, str]) -> None:
+    launch_env.update(_slurm(1, 2, 1), **MASTER)
+    assert srun_tasks() == (1, 2, 1)
+
+
 def test_validate_and_inference_refuse_a_multi_task_srun(launch_env: dict[str, str]) -> None:
     launch_env.update(_slurm(0, 2, 0))  # refused before MASTER_ADDR would be asked for
     for script in ("validate.py", "inference.py"):

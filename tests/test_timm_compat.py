@@ -11,13 +11,15 @@ any other value stops in one line that says why.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-from tests.conftest import REPO, run_script
+from tests.conftest import REPO, device_flags, run_script, weights
 from tests.timm_reference import SCRIPTS, long_flag, timm_args_yaml, timm_options, timm_reads_config, timm_spec
 from vtools.cli.config import dump_config, parse_with_config
 from vtools.cli.timm_compat import DEFAULT_DEPARTURES, no_op_flags, refused_flags
@@ -215,3 +217,96 @@ def test_a_run_from_timms_args_yaml_trains_and_saves_the_same_options(fashion4: 
     assert {k: v for k, v in timm_values.items() if k not in overridden} == {
         k: saved[k] for k in timm_values if k not in overridden
     }
+
+
+# ---------------------------------------------------------------- issue 33: a careful user's probes
+
+
+def _yaml_value(action: argparse.Action) -> object:
+    """The value of :func:`_non_default_argv` as a YAML file gives it."""
+    if action.nargs == 0:
+        return not action.default
+    if action.choices:
+        return next(c for c in action.choices if c != action.default)
+    value = {int: 7, float: 0.5}.get(action.type, "x")
+    return [value, value] if action.nargs in ("+", "*") else value
+
+
+def test_refused_flags_stop_when_a_yaml_file_gives_them(tmp_path: Path) -> None:
+    """A config's values become the parser's defaults: the refusal compares with timm's default, kept when the
+    flag was declared, so ``aug-splits: 2`` in a file stops as ``--aug-splits 2`` does, and so does the
+    flag given again on the command line over the file."""
+    parser = our_parser("train.py")
+    config = tmp_path / "run.yaml"
+    for flag in refused_flags(parser):
+        action = parser._option_string_actions[flag]
+        config.write_text(yaml.safe_dump({action.dest: _yaml_value(action)}), encoding="utf-8")
+        for again in ([], _non_default_argv(action)):
+            with pytest.raises(UsageError) as caught:
+                parse_with_config(our_parser("train.py"), ["-c", str(config), *again])
+            assert str(caught.value).startswith(flag), (flag, again)
+    config.write_text(timm_args_yaml("train.py", RECIPE), encoding="utf-8")  # every key at timm's default: runs
+    parse_with_config(our_parser("train.py"), ["-c", str(config)])
+
+
+@pytest.mark.parametrize(
+    "given, meant",
+    [
+        ("--lerning-rate", "--lr"),
+        ("--learning_rate", "--lr"),
+        ("--learningrate", "--lr"),
+        ("--min-learning-rate", "--min-lr"),
+        ("--warmup-learning-rate", "--warmup-lr"),
+        ("--optimiser", "--opt"),
+        ("--lr-scheduler", "--sched"),
+        ("--label-smoothing", "--smoothing"),
+        ("--gradient-accumulation-steps", "--grad-accum-steps"),
+        ("--grad-clip", "--clip-grad"),
+        ("--data-path", "--data-dir"),
+        ("--image-size", "--img-size"),
+        ("--warm-up-epochs", "--warmup-epochs"),
+        ("--dropout", "--drop"),
+        ("--num-epochs", "--epochs"),
+        ("--weight_decay", "--weight-decay"),
+        ("--decay-rte", "--decay-rate"),
+    ],
+)
+def test_a_misspelt_flag_is_matched_to_timms_name_for_it(given: str, meant: str) -> None:
+    """Spelled-out words other tools use are read as timm's short names (learning-rate is lr) before the
+    closest spelling is looked for: --lerning-rate was told --decay-rate."""
+    with pytest.raises(UsageError) as caught:
+        our_parser("train.py").parse_args([given, "1"])
+    assert str(caught.value).endswith(f"(did you mean {meant}?)")
+
+
+@pytest.mark.parametrize("script", ["validate.py", "inference.py"])
+def test_input_size_channels_build_the_model_as_in_timm(
+    script: str, device: torch.device, custom_images: Path, custom_model_dir: Path, tmp_path: Path
+) -> None:
+    """timm's scripts build the model with --input-size's channel count when --in-chans is not given: a
+    3-channel model folder with --input-size 1 32 32 gives what --in-chans 1 gives (it ended in a
+    convolution's channel error)."""
+    from vtools.commands import infer, validate
+
+    flags = [str(custom_images), "--model", str(custom_model_dir), *device_flags(device.type), "--workers", "0"]
+    main, more = (validate.main, []) if script == "validate.py" else (infer.main, ["--include-index", "--topk", "3"])
+    results = {}
+    for name, extra in (("implied", []), ("explicit", ["--in-chans", "1"])):
+        out = tmp_path / f"{name}.json"
+        given = ["--input-size", "1", "32", "32", *extra, "--results-file", str(out), "--results-format", "json"]
+        assert main([*flags, *given, *more]) == 0
+        rows = json.loads(out.read_text(encoding="utf-8"))
+        results[name] = [{k: v for k, v in row.items() if k != "img_per_sec"} for row in rows]  # a timing
+    assert results["implied"] == results["explicit"]
+
+
+@pytest.mark.cpu_only(reason="model construction from the flags; device training: tests/test_train.py")
+def test_training_at_input_size_channels_builds_that_model(fashion4: Path, tmp_path: Path) -> None:
+    from vtools.commands import train
+
+    flags = ["--data-dir", str(fashion4), "--model", "test_resnet", "--input-size", "1", "28", "28", "--epochs", "1"]
+    given = ["--device", "cpu", "--workers", "0", "--batch-size", "32", "--output", str(tmp_path), "--experiment", "g"]
+    assert train.main([*flags, *given]) == 0
+    config = json.loads((tmp_path / "g" / "model" / "config.json").read_text(encoding="utf-8"))
+    assert config["pretrained_cfg"]["input_size"] == [1, 28, 28]
+    assert weights(tmp_path / "g" / "last.pth.tar")["conv1.0.weight"].shape[1] == 1

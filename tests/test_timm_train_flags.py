@@ -33,6 +33,7 @@ from tests.conftest import (
     write_model_folder,
 )
 from vtools.data.sampling import EpochSampler, sample_seed
+from vtools.errors import UsageError
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_distillation, build_model
@@ -128,6 +129,20 @@ def test_distillation_loss_equals_timms_task(device: torch.device, teacher_folde
     assert torch.allclose(parts.loss(images, targets), expected, rtol=1e-5, atol=1e-6)
     assert not any(p.requires_grad for p in ours.teacher.parameters())
     assert not ours.teacher.model.training
+
+
+def test_a_teacher_of_other_classes_is_refused(device: torch.device, teacher_folder: Path) -> None:
+    """timm gives a teacher of other classes a new, random classifier (a 1000-class teacher of a 3-class
+    student trained on noise, exit 0); the teacher keeps its own and a class count unlike the student's
+    stops the run in one line."""
+    student = timm.create_model("test_resnet", num_classes=3).to(device)
+    args = train_flags("--kd-model-name", str(teacher_folder))  # 4 classes
+    criterion = recipe.build_train_loss(args, mixup_active=False).to(device)
+    with pytest.raises(UsageError, match=f"--kd-model-name {teacher_folder} predicts 4 classes and the student 3"):
+        build_distillation(args, student, criterion, device)
+    student = timm.create_model("test_resnet", num_classes=4).to(device)  # the same classes: taken as it is
+    task = build_distillation(args, student, criterion, device)
+    assert task is not None and task.teacher.model.num_classes == 4
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)

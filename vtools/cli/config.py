@@ -14,12 +14,13 @@ dests, underscores), so timm's ``train.py -c`` reads every value of it too.
 from __future__ import annotations
 
 import argparse
-import difflib
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from vtools.cli.parser import closest_name
 from vtools.errors import UsageError
 
 
@@ -36,7 +37,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise UsageError(f"config {path} does not exist")
     try:
-        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_StrictLoader) or {}
+        loader = _StrictLoader(file.read_text(encoding="utf-8"))
+        try:
+            data = loader.get_single_data() or {}
+        finally:
+            loader.dispose()
     except UnicodeDecodeError as err:
         raise UsageError(f"config {path} is not UTF-8 text (byte {err.start})") from err
     except UsageError as err:  # a duplicate key
@@ -47,24 +52,69 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from err
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a mapping of option: value")
-    return data
+    return YamlValues(data, loader.texts)
+
+
+class YamlValues(dict):
+    """A run file's option: value mapping, with the text each top-level scalar (or list of scalars) was
+    written as: a string option takes that text, not what YAML made of it (``experiment: 1.10`` is 1.1
+    to YAML, ``0123`` is 83)."""
+
+    def __init__(self, values: dict[Any, Any], texts: dict[Any, Any]) -> None:
+        super().__init__(values)
+        self.texts = texts
+
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice (plain YAML keeps the last one silently)."""
+    """YAML's safe loader, refusing a key given twice (plain YAML keeps the last one silently) and a key that
+    is a list or mapping; it reads no dates (``experiment: 2024-05-01`` is a name) and keeps the text of the
+    top-level values (:class:`YamlValues`)."""
+
+    # without the timestamp resolver a date stays the string it was written as
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != _TIMESTAMP]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.texts: dict[Any, Any] = {}
+        self._root: yaml.Node | None = None
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict)):
+                what = "a list" if isinstance(key, list) else "a mapping"
+                raise UsageError(f"line {key_node.start_mark.line + 1}: a key must be an option name, not {what}")
             if key in seen:
                 raise UsageError(f"key '{key}' is given twice (line {key_node.start_mark.line + 1})")
             seen.add(key)
+            if node is self._root:
+                self.texts[key] = _scalar_text(value_node)
         return super().construct_mapping(node, deep=deep)
 
 
-def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
-    """Check (and convert) a YAML value the way argparse would check a flag's value."""
+def _scalar_text(node: yaml.Node) -> str | list[str | None] | None:
+    """The text a scalar was written as (a list of them for a list of scalars); None for anything else."""
+    if isinstance(node, yaml.ScalarNode):
+        return node.value
+    if isinstance(node, yaml.SequenceNode):
+        return [item.value if isinstance(item, yaml.ScalarNode) else None for item in node.value]
+    return None
+
+
+def _coerce(key: str, value: Any, action: argparse.Action, source: str, text: Any = None) -> Any:
+    """Check (and convert) a YAML value the way argparse would check a flag's value; ``text``: how the value
+    was written (a list of texts for a list), which a string option takes."""
 
     def wrong(expected: str) -> UsageError:
         return UsageError(f"config {source}: key '{key}' expects {expected}, got {value!r}")
@@ -91,29 +141,31 @@ def _coerce(key: str, value: Any, action: argparse.Action, source: str) -> Any:
         if items is None or (isinstance(action.nargs, int) and len(items) != action.nargs):
             count = f"{action.nargs} values" if isinstance(action.nargs, int) else "a list"
             raise wrong(count)
-        return [_coerce_scalar(item, action, wrong) for item in items]
+        texts = text if isinstance(text, list) and len(text) == len(items) else [None] * len(items)
+        return [_coerce_scalar(item, action, wrong, item_text) for item, item_text in zip(items, texts)]
     if isinstance(value, (list, dict)):
         raise wrong("a single value")
-    return _coerce_scalar(value, action, wrong)
+    return _coerce_scalar(value, action, wrong, text if isinstance(text, str) else None)
 
 
-def _coerce_scalar(value: Any, action: argparse.Action, wrong: Any) -> Any:
+def _coerce_scalar(value: Any, action: argparse.Action, wrong: Any, text: str | None = None) -> Any:
     kind = action.type
     if kind is float and isinstance(value, str):
         value = _yaml11_number(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
     if kind in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise wrong("an integer" if kind is int else "a number")
-        if kind is int and float(value) != int(value):
+        if kind is int and not (math.isfinite(value) and float(value) == int(value)):
             raise wrong("an integer")
         value = kind(value)
     elif kind is None or kind is str:
         if isinstance(value, bool):
             raise wrong("a string")
-        value = str(value) if isinstance(value, (int, float)) and kind is str else value
+        if isinstance(value, (int, float)):  # a name or path written like a number: the text as written
+            value = text if text is not None else str(value)
     elif callable(kind):  # a checking type such as the interpolation names: what it refuses on the command line
         try:
-            value = kind(str(value))
+            value = kind(text if text is not None else str(value))
         except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
             raise wrong(f"a valid value ({err})") from err
     if action.choices is not None and value not in action.choices:
@@ -141,14 +193,24 @@ def yaml_defaults(parser: argparse.ArgumentParser, data: dict[str, Any], source:
     for raw_key, value in data.items():
         key = str(raw_key).replace("-", "_")
         if key not in options or key == "config":
-            close = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            close = closest_name(key, [name for name in options if name != "config"])
+            hint = f" (did you mean '{close}'?)" if close else ""
             raise UsageError(f"config {source}: unknown key '{raw_key}'{hint}")
         if key in merged:
             first = next(str(k) for k in data if str(k).replace("-", "_") == key)
             raise UsageError(f"config {source}: '{first}' and '{raw_key}' are the same option, given twice")
-        merged[key] = _coerce(str(raw_key), value, options[key], source)
-    return merged
+        merged[key] = _coerce(str(raw_key), value, options[key], source, getattr(data, "texts", {}).get(raw_key))
+    return _one_data_folder(merged) if "data" in options else merged
+
+
+def _one_data_folder(values: dict[str, Any]) -> dict[str, Any]:
+    """timm's train.py reads ``data_dir``, and the positional ``data`` only without it. A file's folder (its
+    data_dir, else its data) becomes the positional's default, so that the command line's DIR or --data-dir
+    overrides the file, and --data-dir wins over DIR there too (vtools.train.options.check_train_args)."""
+    folder = values.get("data_dir") or values.get("data")
+    if folder:
+        values.update(data=folder, data_dir=None)
+    return values
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -219,6 +219,14 @@ def timm_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {**args.model_kwargs, **extra}
 
 
+def model_in_chans(args: argparse.Namespace) -> int | None:
+    """The input channels to build the model with, chosen as timm's scripts choose them: --in-chans, else
+    --input-size's first value (--input-size 1 224 224 builds a grayscale model; timm adapts pretrained first
+    convolutions to it), else None: the model's own."""
+    input_size = getattr(args, "input_size", None)
+    return getattr(args, "in_chans", None) or (input_size[0] if input_size else None)
+
+
 def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
     group = parser.add_argument_group("loading")
     group.add_argument(

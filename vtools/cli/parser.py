@@ -28,9 +28,73 @@ class OneLineParser(argparse.ArgumentParser):
         match = re.search(r"unrecognized arguments: (\S+)", message)
         if not match:
             return ""
-        flag = match.group(1).split("=")[0]
-        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1, cutoff=0.6)
-        return f" (did you mean {close[0]}?)" if close else ""
+        close = closest_name(match.group(1).split("=")[0], list(self._option_string_actions))
+        return f" (did you mean {close}?)" if close else ""
+
+
+# the usual spellings, in other tools, of what timm's option names shorten or order otherwise: a flag's words
+# that match one (within two letters) are read as timm's (--learning-rate: --lr, --data-path: --data-dir)
+SPELLED_OUT = {
+    "learning-rate": "lr",
+    "label-smoothing": "smoothing",
+    "gradient-clipping": "clip-grad",
+    "grad-clip": "clip-grad",
+    "data-path": "data-dir",
+    "data-root": "data-dir",
+    "dropout": "drop",
+    "optimizer": "opt",
+    "scheduler": "sched",
+    "gradient": "grad",
+    "accumulation": "accum",
+    "image": "img",
+    "warmup": "warmup",  # warm-up, warm_up
+}
+
+
+def closest_name(given: str, names: list[str]) -> str | None:
+    """The option name among ``names`` (flags or YAML keys) a mistyped ``given`` most likely means: first with
+    its spelled-out words shortened as timm spells them (--lerning-rate: --lr, --optimiser: --opt), then the
+    closest spelling of all; dashes and underscores count alike."""
+    by_words = {_words(name): name for name in names}
+    words = _words(given)
+    shortened = _shortened(words)
+    if shortened in by_words:
+        return by_words[shortened]
+    scored = [
+        (difflib.SequenceMatcher(None, form, candidate).ratio(), name)
+        for form in {words, shortened}
+        for candidate, name in by_words.items()
+    ]
+    best = max(scored, default=(0.0, None))
+    return best[1] if best[0] >= 0.6 else None
+
+
+def _words(name: str) -> str:
+    return name.lstrip("-").lower().replace("_", "-")
+
+
+def _shortened(words: str) -> str:
+    """``words`` (dash-joined) with each run of words that spells out one of :data:`SPELLED_OUT` replaced by
+    timm's form, the longest run first; a run is compared without its dashes, so learningrate and warm-up
+    match too."""
+    parts, out, i = words.split("-"), [], 0
+    while i < len(parts):
+        runs = [
+            (size, short)
+            for long, short in SPELLED_OUT.items()
+            for size in range(1, long.count("-") + 3)
+            if i + size <= len(parts) and _near("".join(parts[i : i + size]), long.replace("-", ""))
+        ]
+        size, short = max(runs, key=lambda run: run[0], default=(1, parts[i]))
+        out.append(short)
+        i += size
+    return "-".join(out)
+
+
+def _near(text: str, word: str) -> bool:
+    """At most two letters added, dropped or changed (a changed letter counts as two)."""
+    matched = sum(block.size for block in difflib.SequenceMatcher(None, text, word).get_matching_blocks())
+    return len(text) + len(word) - 2 * matched <= 2
 
 
 def check_values(args: argparse.Namespace) -> None:
@@ -51,17 +115,48 @@ def check_values(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--input-size needs three positive numbers (channels height width), got {' '.join(map(str, input_size))}"
         )
-    channels = input_size[0] if input_size is not None else getattr(args, "in_chans", None)
+    in_chans = getattr(args, "in_chans", None)
+    if input_size is not None and in_chans is not None and input_size[0] != in_chans:
+        raise UsageError(
+            f"--in-chans {in_chans} and --input-size {' '.join(map(str, input_size))} disagree on the number of "
+            "input channels: give one of them"
+        )
+    channels = input_size[0] if input_size is not None else in_chans
     for name in ("mean", "std"):
         values = getattr(args, name, None)
         if values is None:
             continue
-        if len(values) not in {1, 3, channels or 3}:
+        if len(values) not in {1, channels or 3}:
             raise UsageError(
                 f"--{name} needs one value per input channel ({channels or 3}) or a single value, got {len(values)}"
             )
     if getattr(args, "std", None) is not None and min(abs(v) for v in args.std) == 0:
         raise UsageError("--std must not be 0: normalization divides by it")
+    check_crop_pct(getattr(args, "crop_pct", None))
+    model_dtype = getattr(args, "model_dtype", None)
+    if getattr(args, "amp", False) and model_dtype not in (None, "float32"):
+        raise UsageError(
+            f"--amp with --model-dtype {model_dtype}: autocast runs in lower precision over float32 weights, and "
+            "--model-dtype casts the weights themselves; use one of them (timm refuses the pair as well)"
+        )
+
+
+# timm's own pretrained configs go up to 1.15 (VOLO at 448 px: a thin border around the whole image)
+MAX_CROP_PCT = 2.0
+
+
+def check_crop_pct(crop_pct: float | None) -> None:
+    """--crop-pct is the crop's side over the resized image's side: timm resizes to input size / crop_pct and
+    cuts the centre. 0 is no size at all (timm silently takes its default 0.875 instead); above 1 the image
+    is smaller than the crop and the rest is border; above 2 the image would fill less than a quarter of the
+    input, which no recipe means (50 is a percentage: 0.5)."""
+    if crop_pct is None or 0 < crop_pct <= MAX_CROP_PCT:
+        return
+    hint = f" (a percentage? {crop_pct:g} % is {crop_pct / 100:g})" if 10 <= crop_pct <= 100 else ""
+    raise UsageError(
+        f"--crop-pct must be above 0 and at most {MAX_CROP_PCT:g}: the crop's share of the resized image's side "
+        f"(0.875 keeps the centre 87.5 %, 1 the whole image), got {crop_pct:g}{hint}"
+    )
 
 
 def check_positive(value: int | None, flag: str) -> None:

@@ -32,12 +32,14 @@ DEFAULT_DEPARTURES: dict[str, str] = {
 
 _REFUSAL = "vtools_refusal"
 _NO_OP = "vtools_no_op"
+_TIMM_DEFAULT = "vtools_timm_default"  # kept apart from action.default, which a YAML file's -c values replace
 
 
 def add_refused(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
     """A timm flag that only its default value may take here; ``reason`` says why and what to use instead."""
     action = group.add_argument(*flags, help=argparse.SUPPRESS, **spec)
     setattr(action, _REFUSAL, reason)
+    setattr(action, _TIMM_DEFAULT, action.default)
     return action
 
 
@@ -59,9 +61,10 @@ def no_op_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 def check_refused(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Stop in one line when a refused flag has a value other than timm's default."""
+    """Stop in one line when a refused flag has a value other than timm's default, whether the command line
+    or a YAML file gave it (the file's values become the parser's defaults, so those are no reference)."""
     for action in parser._actions:
-        if hasattr(action, _REFUSAL) and getattr(args, action.dest, action.default) != action.default:
+        if hasattr(action, _REFUSAL) and getattr(args, action.dest, None) != getattr(action, _TIMM_DEFAULT):
             given = f"{_name(action)} {_shown(getattr(args, action.dest))}".strip()
             raise UsageError(f"{given}: {getattr(action, _REFUSAL)}")
 

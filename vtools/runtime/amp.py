@@ -27,6 +27,7 @@ class AmpPolicy:
 
     device_type: str
     dtype: torch.dtype | None  # None: full precision (fp32)
+    bf16_supported: bool = True  # whether the device runs bfloat16 (an Ascend 910A does not)
 
     @property
     def enabled(self) -> bool:
@@ -51,6 +52,15 @@ class AmpPolicy:
         """A GradScaler for this device type, exactly when fp16 is used."""
         return torch.amp.GradScaler(self.device_type) if self.needs_grad_scaler else None
 
+    def non_finite_advice(self) -> str:
+        """What to try when the loss became inf or nan under this policy: float16 overflows above 65504, so
+        bfloat16 where the device has it, else full precision; at bfloat16 or float32 the precision is not
+        the cause."""
+        if self.dtype != torch.float16:
+            return "lower --lr or add --clip-grad"
+        instead = "use --amp-dtype bfloat16" if self.bf16_supported else "train without --amp (no bfloat16 here)"
+        return f"lower --lr, add --clip-grad, or {instead}: float16 overflows above 65504"
+
 
 def resolve_amp(device: torch.device, amp: bool, amp_dtype: str = "auto") -> AmpPolicy:
     """Pick the autocast dtype for ``device`` from ``--amp`` / ``--amp-dtype``."""
@@ -63,4 +73,4 @@ def resolve_amp(device: torch.device, amp: bool, amp_dtype: str = "auto") -> Amp
         amp_dtype = "bfloat16" if bf16 else "float16"
     elif amp_dtype == "bfloat16" and not bf16:
         raise UsageError(f"--amp-dtype bfloat16: {device} does not support bfloat16; use --amp-dtype float16")
-    return AmpPolicy(device.type, _DTYPES[amp_dtype])
+    return AmpPolicy(device.type, _DTYPES[amp_dtype], bf16_supported=bf16)

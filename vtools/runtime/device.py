@@ -170,19 +170,19 @@ def kind_of(device_type: str) -> DeviceKind:
     return DEVICE_KINDS.get(device_type, DeviceKind(device_type, pinned_host_memory=True))
 
 
-def parse_device_spec(spec: str) -> tuple[str, int | None]:
-    """Split ``'npu:1'`` into ``('npu', 1)``; malformed specs raise :class:`UsageError`."""
+def parse_device_spec(spec: str, flag: str = "--device") -> tuple[str, int | None]:
+    """Split ``'npu:1'`` into ``('npu', 1)``; malformed specs raise :class:`UsageError` naming ``flag``."""
     text = spec.strip()
     match = _SPEC.match(text)
     if not match:
-        raise UsageError(f"malformed --device {spec!r}: expected TYPE or TYPE:INDEX, e.g. cpu, cuda:0, npu:1")
+        raise UsageError(f"malformed {flag} {spec!r}: expected TYPE or TYPE:INDEX, e.g. cpu, cuda:0, npu:1")
     dtype, index = match.group("type").lower(), match.group("index")
     if index is None:
         return dtype, None
     if not index.isdigit():
-        raise UsageError(f"malformed --device {spec!r}: the index must be a non-negative integer")
+        raise UsageError(f"malformed {flag} {spec!r}: the index must be a non-negative integer")
     if dtype in ("auto", "cpu") and int(index) != 0:
-        raise UsageError(f"malformed --device {spec!r}: {dtype} takes no index")
+        raise UsageError(f"malformed {flag} {spec!r}: {dtype} takes no index")
     return dtype, int(index)
 
 
@@ -215,11 +215,12 @@ def _is_registered(device_type: str) -> bool:
     return device_type == "cpu" or getattr(torch, device_type, None) is not None
 
 
-def load_backend(device_type: str) -> ModuleType | None:
+def load_backend(device_type: str, flag: str = "--device") -> ModuleType | None:
     """Make sure the backend for ``device_type`` is loaded and return its torch module.
 
     torch >= 2.5 usually auto-loads out-of-tree backends; when it did not
     (autoload disabled, older torch) the known package is imported here.
+    ``flag`` is the option that asked for the device, for the messages.
     """
     if device_type == "cpu":
         return None
@@ -230,8 +231,8 @@ def load_backend(device_type: str) -> ModuleType | None:
         except ModuleNotFoundError as err:
             if err.name and kind.package.startswith(err.name):
                 raise UsageError(
-                    f"--device {device_type} needs the package {kind.package}, which is not installed "
-                    f"(torch {torch.__version__}): {kind.install_hint}"
+                    f"{flag} {device_type} needs the package {kind.package}, which is not installed "
+                    f"(torch {torch.__version__}): {kind.install_hint}{_emulator_hint(device_type, flag)}"
                 ) from err
             raise _broken_backend(kind, err) from err
         except Exception as err:  # a backend that fails to initialise raises anything
@@ -243,6 +244,24 @@ def load_backend(device_type: str) -> ModuleType | None:
             "(out-of-tree backends register theirs when imported; see --device-modules)"
         )
     return torch.get_device_module(device_type)
+
+
+# the emulated npu of the test suite: only in a source checkout, beside the vtools package
+_EMULATOR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests")
+
+
+def _emulator_hint(device_type: str, flag: str) -> str:
+    """Where the emulated npu exists (a source checkout): how to try the npu code path without an NPU."""
+    if device_type != "npu" or not os.path.isfile(os.path.join(_EMULATOR, "emulated_npu", "__main__.py")):
+        return ""
+    root = os.path.dirname(_EMULATOR)
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else ""
+    script = script if script and script != "__main__.py" else "<script>"
+    where = "" if os.path.abspath(os.getcwd()) == root else f" from {root}"
+    return (
+        f"; no NPU at hand? the emulated npu runs the npu code path on this cpu{where}: "
+        f"python3 -m tests.emulated_npu {script} ... {flag} npu"
+    )
 
 
 def _broken_backend(kind: DeviceKind, err: BaseException) -> UsageError:
@@ -279,24 +298,25 @@ def auto_device_type() -> str:
     return accelerator.type if accelerator is not None else "cpu"
 
 
-def resolve_device(spec: str = "auto", device_modules: Iterable[str] = ()) -> torch.device:
-    """Turn a ``--device`` spec into a ``torch.device`` that is loaded, available and current.
+def resolve_device(spec: str = "auto", device_modules: Iterable[str] = (), flag: str = "--device") -> torch.device:
+    """Turn a ``--device`` spec into a ``torch.device`` that is loaded, available and current; ``flag``
+    names the option that gave the spec in the messages (parity's --against).
 
     Without an explicit index, torchrun's LOCAL_RANK picks the device, so one
     process drives one device.
     """
-    device_type, index = parse_device_spec(spec)
+    device_type, index = parse_device_spec(spec, flag)
     import_device_modules(device_modules)
     if device_type == "auto":
         device_type = auto_device_type()
     if device_type == "cpu":
         return torch.device("cpu")
-    load_backend(device_type)
+    load_backend(device_type, flag)
     kind = kind_of(device_type)
     count = device_count(device_type)
     if count == 0:
         raise UsageError(
-            f"--device {device_type}: this torch supports {device_type} but no device is available{_visibility(kind)}"
+            f"{flag} {device_type}: this torch supports {device_type} but no device is available{_visibility(kind)}"
         )
     if index is None:
         index = int(os.environ.get("LOCAL_RANK", "0"))

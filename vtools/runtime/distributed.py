@@ -43,19 +43,56 @@ class DistInfo:
 
 
 def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return (_launch_number("WORLD_SIZE") or 1) > 1
+
+
+# the variables timm's world_info_from_env reads, in its order: torchrun's, MPI's PMI_*, SLURM's, Open MPI's
+LAUNCH_VARIABLES = {
+    "local_rank": ("LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    "rank": ("RANK", "PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
+    "world_size": ("WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"),
+}
+
+
+def _launch_number(name: str) -> int | None:
+    """A launcher's variable as a whole number (None when unset); anything else stops in one line, where
+    timm would fail with a traceback."""
+    if name not in os.environ:
+        return None
+    text = os.environ[name].strip()
+    if not text.isdigit() or (name in LAUNCH_VARIABLES["world_size"] and int(text) == 0):
+        least = "1 or more" if name in LAUNCH_VARIABLES["world_size"] else "0 or more"
+        raise UsageError(
+            f"{name}={os.environ[name]!r} is not a whole number of {least}: the launcher (srun, torchrun, mpirun) "
+            f"sets it; unset it, or start the script through the launcher"
+        )
+    return int(text)
 
 
 def srun_tasks() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) of this task when srun started more than one and torchrun did not
-    (RANK / WORLD_SIZE unset); None otherwise. timm's ``world_info_from_env`` reads them, in its order:
-    torchrun's names, then MPI's PMI_*, then SLURM_LOCALID / SLURM_PROCID / SLURM_NTASKS."""
+    (RANK / WORLD_SIZE unset); None otherwise. Read as timm's ``world_info_from_env`` reads them
+    (:data:`LAUNCH_VARIABLES`), each checked first: a rank outside the world would wait for the missing ranks
+    forever."""
     from timm.utils.distributed import world_info_from_env
 
     if "SLURM_PROCID" not in os.environ or "RANK" in os.environ or "WORLD_SIZE" in os.environ:
         return None
+    used = {
+        role: next((name for name in names if _launch_number(name) is not None), None)
+        for role, names in LAUNCH_VARIABLES.items()
+    }
     local_rank, rank, world_size = world_info_from_env()
-    return (rank, world_size, local_rank) if world_size > 1 else None
+    if world_size <= 1:
+        return None
+    for role, value in (("rank", rank), ("local_rank", local_rank)):
+        if used[role] is not None and value >= world_size:
+            raise UsageError(
+                f"{used[role]}={value} is not below {used['world_size']}={world_size} (ranks run from 0 to "
+                f"{world_size - 1}): this process would wait forever for ranks that do not exist; these variables "
+                "come from srun: start the script through srun rather than setting them by hand"
+            )
+    return rank, world_size, local_rank
 
 
 def srun_tasks_on_this_node() -> int | None:
