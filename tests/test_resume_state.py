@@ -18,7 +18,7 @@ import torch
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
 from vtools.data.loaders import Batch
-from vtools.errors import UsageError
+from vtools.errors import RunFailed, UsageError
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
@@ -261,7 +261,7 @@ def test_a_failed_background_write_is_raised_once(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     manager = CheckpointManager(tmp_path / "file" / "run")
     manager.save({"epoch": 1}, epoch=0, metric=None)
-    with pytest.raises(OSError):
+    with pytest.raises(RunFailed, match="last.pth.tar was not created"):
         manager.wait()
     manager.wait()  # reported once, then forgotten
 
@@ -308,6 +308,79 @@ def test_a_file_that_is_not_a_training_checkpoint_is_refused_in_one_line(tmp_pat
     (tmp_path / "text.pth").write_text("hello")
     with pytest.raises(UsageError, match=r"^--resume .*text\.pth: not a readable training checkpoint"):
         load_training_state(tmp_path / "text.pth")
+
+
+# ---------------------------------------------------------------- checkpoint messages are whole sentences (issue 33)
+
+
+def _torch_says(path: Path) -> str:
+    try:
+        torch.load(path, weights_only=True)
+    except Exception as err:
+        return str(err)
+    raise AssertionError(f"torch read {path}")
+
+
+def _detail(message: str) -> str:
+    """The first parenthesised part of a one-line checkpoint error: torch's words."""
+    start = message.index(" (") + 2
+    depth = 1
+    for end in range(start, len(message)):
+        depth += {"(": 1, ")": -1}.get(message[end], 0)
+        if depth == 0:
+            return message[start:end]
+    raise AssertionError(f"no closed parenthesis in {message}")
+
+
+def _ends_where_a_sentence_ends(detail: str, torch_text: str) -> None:
+    """``detail`` is torch's own words up to the end of one of its sentences, never cut inside one."""
+    line = next(line for line in torch_text.splitlines() if detail.rstrip(".") in line)
+    after = line[line.index(detail.rstrip(".")) + len(detail.rstrip(".")) :]
+    assert after == "" or after[0] in ".!?", (detail, after[:40])
+
+
+@pytest.mark.cpu_only(reason="reading files is host-side")
+def test_checkpoint_errors_quote_torch_in_whole_sentences(tmp_path: Path) -> None:
+    """torch's errors run to paragraphs (a refused global comes with two paragraphs of advice; a cut
+    archive with three sentences of guesses): a one-line error keeps whole sentences of them, never a
+    fixed-width cut, and --resume names the file once."""
+    import datetime
+
+    from vtools.models.weights import read_checkpoint
+
+    state = {"state_dict": {"w": torch.ones(3)}, "optimizer": {}, "epoch": 0, "rng": {}}
+    torch.save(state, tmp_path / "whole.pth")
+    data = (tmp_path / "whole.pth").read_bytes()
+    (tmp_path / "cut.pth").write_bytes(data[: len(data) // 2])
+    torch.save({**state, "when": datetime.date(2026, 1, 1)}, tmp_path / "dated.pth")
+    for name, kind in (("cut.pth", "not a readable"), ("dated.pth", "was refused: loading it would run code")):
+        path = tmp_path / name
+        for read in (load_training_state, read_checkpoint):
+            with pytest.raises(UsageError) as failed:
+                read(path)
+            message = str(failed.value)
+            assert kind in message and message.count(str(path)) == 1, message
+            _ends_where_a_sentence_ends(_detail(message), _torch_says(path))
+            assert len(message) < 400, message
+
+
+@pytest.mark.cpu_only(reason="reading files is host-side")
+def test_a_file_in_no_format_of_torch_save_is_said_so(tmp_path: Path) -> None:
+    """Text or random bytes: torch's own words are about an internal step (``101``, ``Unsupported operand
+    67``); the message says what the file is not instead."""
+    (tmp_path / "notes.pth").write_text("hello world\n" * 4)
+    (tmp_path / "noise.pth").write_bytes(bytes(range(7, 256, 3)))
+    for name in ("notes.pth", "noise.pth"):
+        with pytest.raises(UsageError, match=r"\(it is in neither of the formats torch.save writes: a zip archive"):
+            load_training_state(tmp_path / name)
+
+
+def test_whole_sentences_keeps_the_first_however_long() -> None:
+    from vtools.models.weights import whole_sentences
+
+    assert whole_sentences("One. Two two. Three three three.", limit=14) == "One. Two two."
+    long = "a " * 200 + "end."
+    assert whole_sentences(f"\x1b[1m{long}\x1b[0m Next.\nsecond line") == long
 
 
 # ---------------------------------------------------------------- the learning rate

@@ -301,3 +301,139 @@ def test_a_model_folder_whose_std_is_zero_is_refused(device: torch.device, fashi
     )
     assert_usage_error(proc, "std", "not 0")
     assert not (tmp_path / "r.json").exists()
+
+
+# ---------------------------------------------------------------- run folders a run cannot use as they are (issue 33)
+
+
+@pytest.mark.cpu_only(reason="the folder is settled before any device work; the same code runs for every device")
+def test_a_damaged_lock_that_a_live_run_holds_is_refused_as_that_runs(fashion4: Path, tmp_path: Path) -> None:
+    """A lock file's contents prove nothing; the kernel's record lock does: held by a live process (this
+    test's), a folder with a damaged lock is refused as a running run's, never taken over."""
+    import fcntl
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = folder / ".vtools-run.lock"
+    lock.write_bytes(b"\x9b\xfe not a pid \x00\n")
+    with open(lock, "a") as held:
+        fcntl.lockf(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for extra in ([], ["--resume", "auto"]):
+            proc = run_script(_one_epoch(fashion4, tmp_path, "run", "--device", "cpu", *extra))
+            assert_usage_error(proc, f"{folder} belongs to a training run that is still going (pid unknown)")
+    assert lock.read_bytes() == b"\x9b\xfe not a pid \x00\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.cpu_only(reason="the folder is settled before any device work; the same code runs for every device")
+def test_a_folder_an_earlier_run_left_without_a_checkpoint_is_not_offered_to_continue(
+    fashion4: Path, tmp_path: Path
+) -> None:
+    """What a run killed before its first checkpoint leaves (its lock naming the config.yaml it wrote): a new
+    run leaves it alone and says there is nothing to continue; --resume auto starts from scratch there."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".vtools-run.lock").write_text("4242\nconfig.yaml\n")
+    (folder / "config.yaml").write_text("model: test_resnet\n")
+    proc = run_script(_one_epoch(fashion4, tmp_path, "run", "--device", "cpu"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{folder} holds files of an earlier run that saved no checkpoint" in proc.stdout
+    assert "would continue" not in proc.stdout
+    assert (tmp_path / "run-2" / "last.pth.tar").is_file()
+    resumed = run_script([*_one_epoch(fashion4, tmp_path, "run", "--device", "cpu"), "--resume", "auto"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"--resume auto: no checkpoint in {folder} yet, starting from scratch" in resumed.stdout
+
+
+HANG_UP_TERMINAL = (  # start the run with the pty on stdin as its controlling terminal, as a login shell does
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.executable, sys.argv[1:])"
+)
+
+
+def _close_its_terminal_after_epoch_0(args: list[str], log: bool) -> tuple[int, str]:
+    """Run train.py ``args`` in a pseudo-terminal of its own, its progress bar (stderr) there and its lines
+    (stdout) too, or, with ``log``, into a pipe as into a log file; close the terminal once epoch 0 is
+    reported, as a user closes the window. Returns the exit code and the log."""
+    import pty
+
+    main, terminal = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-c", HANG_UP_TERMINAL, sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        stdin=terminal,
+        stdout=subprocess.PIPE if log else terminal,
+        stderr=terminal,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        os.close(terminal)
+        seen = ""
+        while "epoch 0: train_loss" not in seen:
+            try:
+                chunk = proc.stdout.readline() if log else os.read(main, 1 << 16).decode(errors="replace")
+            except OSError:  # the run ended and closed the terminal's last handle
+                chunk = ""
+            if not chunk:
+                break
+            seen += chunk
+        os.close(main)  # the terminal window closes
+        out = proc.communicate(timeout=300)[0] or ""
+    assert "epoch 0: train_loss" in seen, seen[-2000:]
+    return proc.returncode, out
+
+
+def test_a_terminal_that_closes_stops_the_run_with_a_checkpoint_to_continue(
+    device: torch.device, fashion4: Path, tmp_path: Path
+) -> None:
+    """The terminal a run was started in closes mid-run: its pty hangs up, SIGHUP goes to the run and its
+    loader workers, and every later write to the terminal fails. The run saves a checkpoint and exits 129
+    (not killed, not stopped by a failed print); --resume auto then finishes the run."""
+    args = train_args(fashion4, tmp_path, "run", "--epochs", "4", "--workers", "1", *device_flags(device.type))
+    code, _ = _close_its_terminal_after_epoch_0(args, log=False)
+    assert code == 129
+    run = tmp_path / "run"
+    assert 1 <= torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)["epoch"] < 4
+    resumed = run_script([*args, "--resume", "auto"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout
+    assert [int(row["epoch"]) for row in summary(run)] == [0, 1, 2, 3]
+
+
+@pytest.mark.cpu_only(reason="what the log says; the checkpoint on each device: the test above")
+def test_a_terminal_that_closes_is_said_in_the_log(fashion4: Path, tmp_path: Path) -> None:
+    """stdout into a log file, the terminal closed: the log names the stop and where the checkpoint is."""
+    code, log = _close_its_terminal_after_epoch_0(
+        train_args(fashion4, tmp_path, "run", "--epochs", "4", "--workers", "1", "--device", "cpu"), log=True
+    )
+    assert code == 129, log
+    assert "SIGHUP: saved a resumable checkpoint" in log or "SIGHUP: stopping after epoch" in log, log
+
+
+@pytest.mark.cpu_only(reason="drawing and the run's last lines are host-side; device training: test_train.py")
+def test_without_matplotlib_the_last_line_lists_only_what_the_run_wrote(fashion4: Path, tmp_path: Path) -> None:
+    """No matplotlib: the run says it cannot draw curves.png, and its last line and its ledger do not name
+    one; resumed so, a curves.png drawn before the resume (now out of date) goes, said in the same line."""
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    hidden = {"PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{REPO}"}
+    run = tmp_path / "run"
+
+    def last_line(proc: subprocess.CompletedProcess) -> str:
+        """The line that lists what the run wrote (a data-wait reminder may follow it)."""
+        assert proc.returncode == 0, proc.stderr
+        return next(line for line in proc.stdout.splitlines() if line.startswith("finished in"))
+
+    line = last_line(run_script(_one_epoch(fashion4, tmp_path, "run", "--device", "cpu"), env=hidden))
+    assert "summary.csv" in line and "curves.png" not in line, line
+    assert not (run / "curves.png").exists() and "curves.png" not in (run / ".vtools-run.lock").read_text()
+
+    drawn = last_line(run_script([*_one_epoch(fashion4, tmp_path, "run", "--device", "cpu"), "--resume", "auto"]))
+    assert "curves.png" in drawn and (run / "curves.png").is_file()
+    resumed = run_script(
+        [*_one_epoch(fashion4, tmp_path, "run", "--device", "cpu"), "--resume", "auto", "--epochs", "2"], env=hidden
+    )
+    assert "no curves.png (the one drawn before the resume is removed): drawing curves.png needs" in resumed.stdout
+    assert "curves.png" not in last_line(resumed) and not (run / "curves.png").exists()

@@ -327,7 +327,7 @@ def test_hugging_face_imagenet_parquet_works_as_downloaded(synset_images: Path, 
         names.append(name if name not in names else f"{name} ({info.index_to_label_name(i)})")
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
     samples = _imagenet_samples(synset_images)
-    root = tmp_path / "imagenet-1k"
+    root = tmp_path / "hub" / "imagenet-1k"  # beside the run's output, not holding it
     (root / "data").mkdir(parents=True)
     for split in ("train", "validation"):
         table = datasets.Dataset.from_dict(
@@ -352,7 +352,7 @@ def test_hugging_face_imagenet_parquet_works_as_downloaded(synset_images: Path, 
             "--dataset",
             "hfds/imagenet-1k",
             "--data-dir",
-            str(tmp_path),
+            str(tmp_path / "hub"),
         )
     )
     assert proc.returncode == 0, proc.stderr

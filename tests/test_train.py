@@ -191,6 +191,12 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
         assert float(ours["train_loss"]) == pytest.approx(float(theirs["train_loss"]), rel=1e-6), ours["epoch"]
         assert ours["lr"] == theirs["lr"]
     assert int(resumed_rows[interrupted_epoch]["epoch"]) == interrupted_epoch
+    # the interrupted epoch's speed is the resumed process's own: the images it trained over its time
+    row, trained_here = resumed_rows[interrupted_epoch], (7 - state["step_in_epoch"]) * 32
+    if trained_here:
+        assert float(row["img_per_sec"]) == pytest.approx(trained_here / float(row["epoch_seconds"]), rel=0.05), row
+    else:  # stopped after the epoch's last step: the resumed process trained none of it
+        assert row["img_per_sec"] == row["epoch_seconds"] == row["data_wait"] == "", row
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
@@ -506,10 +512,10 @@ def mostly_bad(tmp_path_factory: pytest.TempPathFactory, fashion4: Path) -> Path
 
 def _has_all_bad_batch(root: Path, batch_size: int, seed: int = 42) -> bool:
     """Whether epoch 0's order holds a batch of only unreadable files (the premise of the test)."""
-    from vtools.data.readers.folder import labelled_files
+    from vtools.data.readers.folder import labelled_images
     from vtools.data.sampling import EpochSampler
 
-    paths, _, _ = labelled_files(root / "train")
+    paths = labelled_images(root / "train").entries.paths
     sampler = EpochSampler(len(paths), seed)
     sampler.set_epoch(0)
     order = [paths[index] for _, index in sampler]
@@ -649,6 +655,9 @@ def test_sigterm_during_the_last_validation_saves_and_resumes(
     ours, theirs = summary(tmp_path / "stopped"), summary(tmp_path / "reference")
     assert [r["eval_top1"] for r in ours] == [r["eval_top1"] for r in theirs]
     assert float(ours[1]["train_loss"]) == pytest.approx(float(theirs[1]["train_loss"]), rel=1e-6)
+    # epoch 1's steps were all trained before the stop: no speed measured after the resume, and no 0.0
+    assert ours[1]["img_per_sec"] == ours[1]["epoch_seconds"] == ours[1]["data_wait"] == "", ours[1]
+    assert float(ours[0]["img_per_sec"]) > 0
 
 
 @pytest.mark.cpu_only(reason="signal handling is host-side")

@@ -112,6 +112,26 @@ def test_a_ranks_own_first_signal_after_an_agreed_stop_asks_for_a_checkpoint(mon
         assert ended.value.code == 143
 
 
+@pytest.mark.parametrize("started_ignoring", [False, True])
+def test_sighup_stops_the_run_unless_it_was_started_under_nohup(started_ignoring: bool) -> None:
+    """A closing terminal (SIGHUP) asks for a checkpoint as SIGTERM does, exit 129; a run started under
+    nohup (SIGHUP ignored) keeps ignoring it: its user asked it to outlive the terminal."""
+    import os
+    import signal
+
+    from vtools.train.loop import StopRequest, exit_code
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN if started_ignoring else signal.SIG_DFL)
+    try:
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert stop.requested is not started_ignoring
+        assert signal.getsignal(signal.SIGHUP) == (signal.SIG_IGN if started_ignoring else signal.SIG_DFL)
+        assert exit_code("SIGHUP") == 129
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 # ---------------------------------------------------------------- the optimizer step: GradScaler, clipping
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from timm.utils import distribute_bn
 
-from vtools.atomic import atomic_write_text, check_writable
+from vtools.atomic import atomic_write_text
 from vtools.cli.config import dump_config, parse_with_config
-from vtools.cli.options import timm_model_kwargs
+from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.cli.parser import check_values
 from vtools.data.readers.registry import Source
 from vtools.errors import RunFailed, UsageError
@@ -37,8 +37,10 @@ from vtools.models.weights import read_state_dict
 from vtools.observe.curves import ScalarLog, plot_runs
 from vtools.observe.data_wait import DataWaitVerdict, LoaderSetting
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
+from vtools.observe.figures import pyplot
 from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import draw_report
+from vtools.outputs import Output, prove_writable
 from vtools.results import write_rows
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
@@ -50,6 +52,7 @@ from vtools.train.assemble import (
     build_datasets,
     build_loaders,
     build_model,
+    fit_batch_to_set,
     wrap_for_speed,
 )
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, load_training_state
@@ -130,7 +133,7 @@ def run_training(
     if run.note:
         say(run.note)
     if dist_info.is_main:
-        check_writable(out_dir / "summary.csv", "--output")
+        prove_writable(Output("--output", out_dir / "summary.csv"))
     dev.seed_everything(args.seed + dist_info.rank)
 
     train_source, val_source, classes = build_datasets(args)
@@ -138,6 +141,9 @@ def run_training(
         raise UsageError(f"--dataset {args.dataset} does not name its classes: pass --num-classes")
     num_classes = args.num_classes or len(classes)
     check_labels_fit(train_source, classes, num_classes)
+    batch_note = fit_batch_to_set(args, len(train_source), dist_info)  # before the resume compares the batch
+    if batch_note:
+        say(batch_note)
     classes = classes or [str(label) for label in range(num_classes)]
     if resume_state is not None:
         check_same_experiment(resume_state, run.resume, args, classes, len(train_source), dist_info, say)
@@ -381,7 +387,9 @@ RUN_FILES = (  # what a finished run leaves, in the order the final summary name
 def final_summary(claim: FolderClaim, clock: RunClock, epochs: int, data_wait: DataWaitVerdict) -> list[str]:
     """The run's last lines: how long it took, what it wrote where, and the data-wait reminder."""
     folder = claim.folder
-    names = [text for name, text in RUN_FILES if name in claim.ledger or name == CSV_NAME]
+    names = [  # the fallback list is written after these lines are made
+        text for name, text in RUN_FILES if name == CSV_NAME or (name in claim.ledger and (folder / name).exists())
+    ]
     checkpoints = sorted(p.name for p in folder.glob("checkpoint-*.pth.tar") if p.name in claim.ledger)
     if checkpoints:
         names.append(f"{len(checkpoints)} epoch checkpoint(s)")
@@ -505,13 +513,22 @@ def write_run_config(args: argparse.Namespace, claim: FolderClaim, say: Callable
 
 
 def draw_curves(claim: FolderClaim) -> str:
-    """<run>/curves.png when matplotlib is installed; otherwise say how to get it."""
+    """<run>/curves.png when matplotlib is installed; otherwise say how to get it. The ledger names the file
+    only once it can be drawn; one an earlier process of the run drew goes then (it stops where that
+    process stopped), so the folder and the run's last line never show a picture summary.csv has left."""
     path = claim.folder / "curves.png"
     try:
-        claim.wrote(path, created=not path.exists())
-        return f"curves: {plot_runs([claim.folder], path)}"
+        pyplot("drawing curves.png")
     except UsageError as missing:
-        return f"no curves.png: {missing}"
+        stale = "curves.png" in claim.ledger and path.is_file()
+        if stale:
+            path.unlink()
+        return f"no curves.png{' (the one drawn before the resume is removed)' if stale else ''}: {missing}"
+    claim.wrote(path, created=not path.exists())
+    try:
+        return f"curves: {plot_runs([claim.folder], path)}"
+    except UsageError as unreadable:  # a summary.csv it cannot read: the run's own words for it
+        return f"no curves.png: {unreadable}"
 
 
 def share_batchnorm_statistics(parts: TrainComponents, args: argparse.Namespace, dist_info: DistInfo) -> None:
@@ -542,8 +559,10 @@ def eval_model(parts: TrainComponents, dist_info: DistInfo, args: argparse.Names
 
 
 def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:
-    """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips."""
-    evaluated = metrics is not None
+    """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips. Speed and
+    data wait are this process's measurement (a resumed epoch's: its resumed part's), empty where it
+    trained none of the epoch (stopped after the epoch's last step, resumed for its validation)."""
+    evaluated, timed = metrics is not None, result.steps > 0
     return {
         "epoch": epoch,
         "train_loss": result.loss,
@@ -551,9 +570,9 @@ def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr:
         "eval_top1": metrics.top1 if evaluated else "",
         "eval_top5": metrics.top5 if evaluated else "",
         "lr": lr,
-        "img_per_sec": round(result.images_per_second, 2),
-        "epoch_seconds": round(result.seconds, 2),
-        "data_wait": round(result.data_wait, 4),
+        "img_per_sec": round(result.images_per_second, 2) if timed else "",
+        "epoch_seconds": round(result.seconds, 2) if timed else "",
+        "data_wait": round(result.data_wait, 4) if timed else "",
         "skipped_updates": result.skipped_updates,
         "eval_samples": metrics.count if evaluated else "",
     }
@@ -566,7 +585,11 @@ def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult | None, best
         line += f"eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  "
     else:
         line += "(not validated: --val-interval)  "
-    line += f"{result.images_per_second:.1f} img/s  data wait {result.data_wait:.0%}  {seconds:.1f} s"
+    if result.steps:
+        line += f"{result.images_per_second:.1f} img/s  data wait {result.data_wait:.0%}  "
+    else:
+        line += "(its steps were trained before the resume)  "
+    line += f"{seconds:.1f} s"
     if best:
         line += "  (best)"
     if result.skipped_updates:
@@ -587,7 +610,7 @@ def export_best(
         args.model,
         pretrained=False,
         num_classes=num_classes,
-        in_chans=args.in_chans,
+        in_chans=model_in_chans(args),
         model_kwargs=timm_model_kwargs(args),
         bn_eps=args.bn_eps,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -49,6 +50,36 @@ def model_folder_of(name: str) -> Path | None:
     return Path(normalized.split(":", 1)[1]) if normalized.startswith("local-dir:") else None
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".bin")  # what timm loads from a model folder
+
+
+def model_files(name: str) -> list[tuple[str, Path]]:
+    """The files that making model ``name`` reads, as (what, path): a model folder's config.json and
+    weights, or an .onnx file; nothing for a timm or hub name (the cache is not the user's to guard)."""
+    folder = model_folder_of(name)
+    if folder is not None:
+        try:
+            read = [path for path in sorted(folder.iterdir()) if path.name.endswith(WEIGHT_SUFFIXES)]
+        except OSError:  # a folder this user may not list: creating the model says why
+            read = []
+        return [(f"the model's {path.name}", path) for path in [folder / "config.json", *read]]
+    return [("the model", Path(name))] if is_onnx(name) else []
+
+
+def model_label(name: str) -> str:
+    """A model's name in the names of files written for it: a timm name's last part, a model folder's
+    or .onnx file's name. train.py names every run's model folder ``model/``, so such a folder (and the
+    ``model.onnx`` exported into it) is named after its run: runs/a/model is ``a``."""
+    folder = model_folder_of(name)
+    onnx = folder is None and is_onnx(name)
+    path = Path(os.path.abspath(folder or name)) if folder is not None or onnx else Path(name.rstrip("/"))
+    if onnx:
+        path = path.with_suffix("")
+    while path.name == "model" and path.parent.name:
+        path = path.parent
+    return path.name.replace(":", "_") + (".onnx" if onnx else "")
+
+
 def weights_description(name: str, pretrained: bool, num_classes: int, initial_checkpoint: str = "") -> str:
     """Which weights a run starts from, and whether the classifier was re-initialised for new classes."""
     if initial_checkpoint:
@@ -73,13 +104,15 @@ def create_model(
     checkpoint: str | None = None,
     use_ema: bool = False,
     device: torch.device | str = "cpu",
+    flag: str = "--model",
     **extra: Any,
 ) -> torch.nn.Module:
     """Build a timm model on ``device``, with pretrained weights and/or a checkpoint; an ``.onnx`` file
-    gives the same interface over onnxruntime (vtools/models/onnx_model.py)."""
+    gives the same interface over onnxruntime (vtools/models/onnx_model.py). ``flag``: the option that
+    named the model, for the messages (--kd-model-name for a teacher)."""
     if is_onnx(name):
         if checkpoint:
-            raise UsageError(f"--model {name} is an exported ONNX file: it takes no --checkpoint")
+            raise UsageError(f"{flag} {name} is an exported ONNX file: it takes no --checkpoint")
         return load_onnx_model(name)
     normalized = normalize_model_name(name)
     kwargs = {
@@ -92,11 +125,11 @@ def create_model(
     if folder is not None:
         _check_model_folder(folder)
         pretrained = True  # a model folder is its weights: they are always loaded
-        if (model := _from_folder_on_device(name, normalized, folder, kwargs, device, user_keys)) is not None:
+        if (model := _from_folder_on_device(name, normalized, folder, kwargs, device, user_keys, flag)) is not None:
             if checkpoint:
                 load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
             return model
-    model = _timm_create(name, normalized, pretrained, kwargs, folder, user_keys)
+    model = _timm_create(name, normalized, pretrained, kwargs, folder, user_keys, flag)
     model.to(device)
     if checkpoint:
         load_checkpoint(model, checkpoint, use_ema=use_ema, device=device)
@@ -124,13 +157,19 @@ def folder_weights(folder: Path) -> Path:
 
 
 def _from_folder_on_device(
-    name: str, normalized: str, folder: Path, kwargs: dict[str, Any], device: torch.device | str, user_keys: set[str]
+    name: str,
+    normalized: str,
+    folder: Path,
+    kwargs: dict[str, Any],
+    device: torch.device | str,
+    user_keys: set[str],
+    flag: str = "--model",
 ) -> torch.nn.Module | None:
     """A model folder's weights read straight onto ``device`` (never running pickled code); None when timm
     must adapt them (another class count or channel count), which its own pretrained loader does on the host.
     Weights that fit neither way are refused in one line naming the file."""
     weights = folder_weights(folder)
-    model = _timm_create(name, normalized, False, kwargs, folder, user_keys).to(device)
+    model = _timm_create(name, normalized, False, kwargs, folder, user_keys, flag).to(device)
     state = read_state_dict(weights, device=device)  # a one-line UsageError naming the file, or a refusal
     expected = model.state_dict()
     problems = fit_problems(expected, state, shown=2)
@@ -208,9 +247,11 @@ def _timm_create(
     kwargs: dict[str, Any],
     folder: Path | None = None,
     user_keys: set[str] | frozenset[str] = frozenset(),
+    flag: str = "--model",
 ) -> torch.nn.Module:
     """timm.create_model with its failures turned into one-line errors. ``folder``: the model folder that
-    ``normalized`` reads; ``user_keys``: the keyword arguments that --model-kwargs gave."""
+    ``normalized`` reads; ``user_keys``: the keyword arguments that --model-kwargs gave; ``flag``: the option
+    that named the model."""
     if pretrained and folder is None and "file" not in (kwargs.get("pretrained_cfg_overlay") or {}):
         _offline_first(name)
     try:
@@ -218,7 +259,7 @@ def _timm_create(
     except TypeError as err:  # a keyword argument the model's constructor does not take
         if "keyword argument" not in str(err):
             raise
-        raise UsageError(_bad_argument_message(name, folder, user_keys, err)) from err
+        raise UsageError(_bad_argument_message(name, folder, user_keys, err, flag)) from err
     except (RuntimeError, ValueError, AttributeError) as err:
         if folder is not None and pretrained:  # timm's loader adapting a folder's weights (checked before)
             raise UsageError(
@@ -228,21 +269,23 @@ def _timm_create(
         if isinstance(err, AttributeError):
             raise
         if str(err).startswith("Unknown model"):
-            raise UsageError(_unknown_model_message(name)) from err
+            raise UsageError(_unknown_model_message(name, flag)) from err
         if "looks like a Hugging Face Hub repo id or a local path" in str(err):
-            raise UsageError(f"--model {name}: no such model folder (expected a folder holding config.json)") from err
+            raise UsageError(f"{flag} {name}: no such model folder (expected a folder holding config.json)") from err
         if type(err).__name__ in _OFFLINE_ERRORS or "No pretrained weights" in str(err):
-            raise UsageError(_download_message(name, err)) from err
+            raise UsageError(_download_message(name, err, flag)) from err
         raise
     except OSError as err:
-        raise UsageError(_download_message(name, err)) from err
+        raise UsageError(_download_message(name, err, flag)) from err
     except Exception as err:  # hub clients raise their own exception types
         if type(err).__name__ in _OFFLINE_ERRORS:
-            raise UsageError(_download_message(name, err)) from err
+            raise UsageError(_download_message(name, err, flag)) from err
         raise
 
 
-def _bad_argument_message(name: str, folder: Path | None, user_keys: set[str] | frozenset[str], err: TypeError) -> str:
+def _bad_argument_message(
+    name: str, folder: Path | None, user_keys: set[str] | frozenset[str], err: TypeError, flag: str = "--model"
+) -> str:
     """Which keyword argument the model does not take, and where it came from."""
     found = re.search(r"keyword argument '([^']+)'", str(err))
     key = found.group(1) if found else ""
@@ -256,9 +299,9 @@ def _bad_argument_message(name: str, folder: Path | None, user_keys: set[str] | 
             f"({detail}); remove it from model_args"
         )
     if key in user_keys:
-        return f"--model-kwargs {key}=...: --model {name} does not take {key!r} ({detail}); remove it"
+        return f"--model-kwargs {key}=...: {flag} {name} does not take {key!r} ({detail}); remove it"
     where = " or the model_args of its config.json" if folder is not None else ""
-    return f"--model {name} could not be built ({detail}); check --model-kwargs{where}"
+    return f"{flag} {name} could not be built ({detail}); check --model-kwargs{where}"
 
 
 def _check_model_folder(folder: Path) -> None:
@@ -305,22 +348,22 @@ def _check_model_folder(folder: Path) -> None:
         )
 
 
-def _unknown_model_message(name: str) -> str:
+def _unknown_model_message(name: str, flag: str = "--model") -> str:
     base = name.split(".")[0]
     close = difflib.get_close_matches(base, timm.list_models(), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see timm.list_models()"
-    return f"unknown model {name!r}{hint}"
+    return f"{flag}: unknown model {name!r}{hint}"
 
 
-def _download_message(name: str, err: BaseException) -> str:
+def _download_message(name: str, err: BaseException, flag: str = "--model") -> str:
     local = (
-        "pass a local model folder instead (--model path/to/folder holding config.json + model.safetensors), "
+        f"pass a local model folder instead ({flag} path/to/folder holding config.json + model.safetensors), "
         "or download the weights once where the hub can be reached"
     )
     if name in _offline_reasons:
         return (
-            f"--model {name}: the Hugging Face Hub cannot be used ({_offline_reasons[name]}) and these "
+            f"{flag} {name}: the Hugging Face Hub cannot be used ({_offline_reasons[name]}) and these "
             f"pretrained weights are not in the local cache; {local}"
         )
     detail = str(err).strip().splitlines()[0].split(". ")[0].rstrip(".") if str(err).strip() else ""
-    return f"--model {name}: pretrained weights could not be loaded ({type(err).__name__}: {detail}); {local}"
+    return f"{flag} {name}: pretrained weights could not be loaded ({type(err).__name__}: {detail}); {local}"

@@ -9,6 +9,7 @@ code and every refusal reads the same.
 from __future__ import annotations
 
 import pickle
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,10 +64,49 @@ def safe_load(path: Path, device: torch.device | str = "cpu") -> Any:
             with torch.serialization.safe_globals(timm_checkpoint_globals()):
                 return torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
-        raise UsageError(unpickling_message(path, err)) from err
+        raise unpickling_error(path, err) from err
     except Exception as err:  # truncated, not a zip, wrong magic: all mean "not a checkpoint"
-        detail = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise UsageError(f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})") from err
+        torch_says = whole_sentences(str(err)) or type(err).__name__
+        raise UnreadableCheckpoint(path, unreadable_detail(path, torch_says)) from err
+
+
+class UnreadableCheckpoint(UsageError):
+    """A file torch cannot read as a checkpoint; ``detail`` says why, in whole sentences."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})")
+        self.detail = detail
+
+
+def whole_sentences(text: str, limit: int = 160) -> str:
+    """The opening of an exception's message for a one-line error: its first line, in whole sentences up to
+    ``limit`` characters (the first sentence whole, however long), never cut inside one; terminal
+    colour codes (torch bolds its warnings) removed."""
+    line = next((line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()), "")
+    sentences = _SENTENCE_END.split(line)
+    kept = sentences[0]
+    for sentence in sentences[1:]:
+        if len(kept) + 1 + len(sentence) > limit:
+            break
+        kept += " " + sentence
+    return kept
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\[])")
+
+
+def unreadable_detail(path: Path, torch_says: str) -> str:
+    """Why ``path`` is no checkpoint: a file in neither of torch.save's formats says so (torch's own words
+    are then about an internal step, a bare key such as ``101``); otherwise ``torch_says``."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(2)
+    except OSError:
+        return torch_says
+    if not head.startswith((b"PK", b"\x80")):
+        return "it is in neither of the formats torch.save writes: a zip archive, or a binary pickle"
+    return torch_says
 
 
 def timm_checkpoint_globals() -> list[Any]:
@@ -80,26 +120,27 @@ def timm_checkpoint_globals() -> list[Any]:
     return [argparse.Namespace, scalar, np.dtype, *(type(np.dtype(kind)) for kind in ("float64", "float32", "int64"))]
 
 
-def unpickling_message(path: Path, err: pickle.UnpicklingError) -> str:
-    """Say whether torch's safe unpickler refused code, or the file is simply not a checkpoint."""
+def unpickling_error(path: Path, err: pickle.UnpicklingError) -> UsageError:
+    """Say whether torch's safe unpickler refused code, or the file is simply not a checkpoint. torch words
+    its refusal as paragraphs of advice around one line that names the global: that line is the detail."""
     boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
     lines = [
         line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(boilerplate)
     ]
     markers = ("GLOBAL", "Unsupported global", "Unsupported class")
     naming = [line for line in lines if any(marker in line for marker in markers)]  # torch words it per version
-    detail = (naming or lines or [type(err).__name__])[0][:160]
+    detail = whole_sentences((naming or lines or [type(err).__name__])[0])
     runs_code = bool(naming)
     if "Unsupported operand" in detail:  # a newer pickle protocol than torch.save writes: name what it imports
         calls = [name for name in pickled_globals(path) if not name.startswith(_WEIGHT_GLOBALS)]
         if calls:
             detail, runs_code = f"it imports {', '.join(sorted(set(calls))[:3])}", True
     if runs_code:
-        return (
-            f"checkpoint {path} was refused: loading it would run code ({detail}); "
+        return UsageError(
+            f"checkpoint {path} was refused: loading it would run code ({detail.rstrip('.')}); "
             "vtools only loads weights (weights_only=True), never pickled code"
         )
-    return f"checkpoint {path} is not a readable PyTorch checkpoint ({detail})"
+    return UnreadableCheckpoint(path, unreadable_detail(path, detail))
 
 
 _WEIGHT_GLOBALS = ("torch.", "collections.OrderedDict", "argparse.Namespace", "numpy.", "builtins.set")

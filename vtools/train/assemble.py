@@ -14,9 +14,11 @@ import torch
 from timm.layers import convert_sync_batchnorm
 from timm.task import LogitDistillationTask
 
-from vtools.cli.options import preprocess_overrides, timm_model_kwargs
+from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_kwargs
+from vtools.data.datasets import refuse_known_bad
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
+from vtools.data.memory_estimate import LoaderUse, check_host_memory
 from vtools.data.readers.folder import read_class_map, resolve_split_dir
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.sampling import EpochSampler, SeededSamples
@@ -24,8 +26,10 @@ from vtools.data.train_augment import fuse
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
 from vtools.evaluation.model_flags import check_input_mode
+from vtools.models.activation_memory import activation_bytes_per_image, training_state_bytes
 from vtools.models.create import create_model
 from vtools.models.prepare import use_channels_last
+from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
@@ -53,6 +57,8 @@ def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] 
     train = open_source(request(args.train_split, given_map))
     class_map = given_map or ({name: index for index, name in enumerate(train.classes)} if not args.dataset else None)
     val = open_source(request(args.val_split, class_map))
+    for source in (train, val):
+        refuse_known_bad(source.samples, args.on_bad_image)
     return train, val, train.classes
 
 
@@ -67,7 +73,7 @@ def build_model(
         args.model,
         pretrained=args.pretrained or bool(args.pretrained_path),
         num_classes=num_classes,
-        in_chans=args.in_chans,
+        in_chans=model_in_chans(args),
         model_kwargs=timm_model_kwargs(args),
         drop_rate=args.drop,
         drop_path_rate=args.drop_path if args.drop_path is not None else args.drop_connect,
@@ -121,6 +127,30 @@ def train_sampler(length: int, args: argparse.Namespace, dist_info: DistInfo) ->
     return EpochSampler(length, args.seed, dist_info.rank, dist_info.world_size, repeats=args.aug_repeats)
 
 
+def fit_batch_to_set(args: argparse.Namespace, train_samples: int, dist_info: DistInfo) -> str:
+    """A training set smaller than one batch trains in batches of the whole set (each process's share): an
+    epoch drops its last partial batch, as timm's does, so --batch-size 128 on 7 images would make no
+    update at all. Sets ``args.batch_size`` (config.yaml and the checkpoint record the size used, so a
+    resume and ``train.py -c config.yaml`` agree) and returns the line that says so; '' when it fits."""
+    available = len(train_sampler(train_samples, args, dist_info).order)
+    if available >= args.batch_size:
+        return ""
+    pairs = recipe.mixup_enabled(args)
+    size = available - available % 2 if pairs else available
+    where = " per process" if dist_info.world_size > 1 else ""
+    if size < 1:
+        raise UsageError(
+            f"--batch-size {args.batch_size}: the training set has {available} image(s){where}, too few for "
+            f"{'a batch of pairs (--mixup/--cutmix)' if pairs else 'a batch'}"
+        )
+    note = (
+        f"--batch-size {args.batch_size} is more than the {available} training images{where}: training in batches "
+        f"of {size} (one update per epoch); give --batch-size to choose another size"
+    )
+    args.batch_size = size
+    return note
+
+
 def validation_sampler(length: int, dist_info: DistInfo) -> ShardSampler:
     """This rank's share of the validation set: every sample on exactly one rank."""
     return ShardSampler(length, dist_info.rank, dist_info.world_size)
@@ -151,6 +181,7 @@ def build_loaders(
         replace_bad=args.on_bad_image == "skip",
     )
     val_set = val_source.images(eval_transform(data_config), mode)
+    check_training_memory(args, model, train_source, val_source, data_config, device, workers)
     channels_last = use_channels_last(args.channels_last, model, device)
     sampler = train_sampler(len(train_set), args, dist_info)
     if len(sampler.order) < args.batch_size:
@@ -164,7 +195,7 @@ def build_loaders(
         data_config["std"],
         channels_last=channels_last,
         batch_transform=recipe.build_random_erasing(args, device),
-        on_bad=bad_image_handler(args.on_bad_image, [], keep_batches_full=True),
+        on_bad=bad_image_handler(args.on_bad_image, [], keep_batches_full=True, during="training"),
         dtype=dtype,
     )
     val_loader = eval_device_loader(
@@ -174,13 +205,39 @@ def build_loaders(
         workers,
         data_config,
         channels_last,
-        bad_image_handler(args.on_bad_image, []),
+        bad_image_handler(args.on_bad_image, [], during="validation"),
         sampler=validation_sampler(len(val_set), dist_info),
         persistent=True,
         keep_bytes=KEEP_VALIDATION_BYTES if keep_decoded else 0,
         dtype=dtype,
     )
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
+
+
+def check_training_memory(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    train_source: Any,
+    val_source: Any,
+    data_config: dict[str, Any],
+    device: torch.device,
+    workers: int,
+) -> None:
+    """Refuse a run whose training and validation batches (both loaders keep workers) cannot fit in the
+    host's memory, before either loader starts; every rank on the host needs as much."""
+    val_batch = args.validation_batch_size if args.validation_batch_size not in (None, args.batch_size) else None
+    check_host_memory(
+        [
+            LoaderUse("training", data_config, train_source.samples, training=True),
+            LoaderUse("validation", data_config, val_source.samples, batch_size=val_batch),
+        ],
+        args.batch_size,
+        device,
+        workers,
+        lambda: activation_bytes_per_image(model, data_config["input_size"], training=True),
+        weights_state=training_state_bytes(model),
+        ranks_on_host=ranks_on_this_host()[1],
+    )
 
 
 def build_components(
@@ -232,17 +289,20 @@ def build_distillation(
     dtype: torch.dtype | None = None,
 ) -> LogitDistillationTask | None:
     """timm's logit distillation task for --kd-model-name (None without one). The teacher comes through
-    vtools' model loading (model folders, hub names, safe weights) with the student's classes, frozen and
-    in eval mode; it is rebuilt on resume, never saved in checkpoints."""
+    vtools' model loading (model folders, hub names, safe weights) with its own classifier, frozen and in
+    eval mode; it is rebuilt on resume, never saved in checkpoints. A teacher with other classes than the
+    student is refused: timm would give it a new, random classifier, whose logits teach nothing."""
     if not args.kd_model_name:
         return None
     teacher = create_model(
-        args.kd_model_name,
-        pretrained=True,
-        num_classes=student.num_classes,
-        in_chans=args.in_chans,
-        device=device,
+        args.kd_model_name, pretrained=True, in_chans=model_in_chans(args), device=device, flag="--kd-model-name"
     )
+    if teacher.num_classes != student.num_classes:
+        raise UsageError(
+            f"--kd-model-name {args.kd_model_name} predicts {teacher.num_classes} classes and the student "
+            f"{student.num_classes}: its classifier would be replaced by a random one, which teaches nothing; "
+            f"distill from a teacher trained on these {student.num_classes} classes (e.g. a run's model folder)"
+        )
     if dtype is not None:
         teacher.to(dtype=dtype)
     teacher.eval().requires_grad_(False)

@@ -21,7 +21,7 @@ import torch
 
 from vtools.atomic import atomic_copy, atomic_link, atomic_write
 from vtools.errors import UsageError
-from vtools.models.weights import safe_load
+from vtools.models.weights import UnreadableCheckpoint, safe_load
 
 LAST = "last.pth.tar"
 BEST = "model_best.pth.tar"
@@ -52,10 +52,10 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"--resume {path}: no such checkpoint")
     try:
         state = safe_load(file)
-    except UsageError as err:
-        if "refused" in str(err):
-            raise UsageError(f"--resume {err}") from err
-        raise UsageError(f"--resume {path}: not a readable training checkpoint ({err})") from err
+    except UnreadableCheckpoint as err:
+        raise UsageError(f"--resume {path}: not a readable training checkpoint ({err.detail})") from err
+    except UsageError as err:  # refused: loading it would run code
+        raise UsageError(f"--resume {err}") from err
     missing = [key for key in ("state_dict", "optimizer", "epoch", "rng") if key not in state]
     if not isinstance(state, dict) or missing:
         raise UsageError(f"--resume {path}: not a vtools training checkpoint (missing {', '.join(missing)})")

@@ -7,6 +7,8 @@ names the exact step where training broke.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 import sys
 import time
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 from timm.utils import dispatch_clip_grad
 
+from vtools.data.loaders import STOP_SIGNALS
 from vtools.errors import RunFailed
 from vtools.models.prepare import unwrap
 from vtools.progress import progress
@@ -29,7 +32,7 @@ from vtools.train.recipe import clip_parameters
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between updates, so it can checkpoint first.
+    """Turns SIGINT/SIGTERM/SIGHUP into a flag the loop checks between updates, so it can checkpoint first.
 
     Under torchrun the ranks may see a signal at different moments (or only one
     rank may get it), so they decide together: every ``check_every`` updates one
@@ -46,7 +49,9 @@ class StopRequest:
         self._signalled = False  # this process got a signal itself (not only another rank's, by agreement)
 
     def __enter__(self) -> StopRequest:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started under nohup: a closing terminal must not stop the run
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -64,6 +69,8 @@ class StopRequest:
                 flush=True,
             )
             raise SystemExit(exit_code(self.signal_name))
+        if signum == signal.SIGHUP:
+            leave_hung_up_terminal()
         self._signalled = True
         self.signal_name = self.signal_name or signal.Signals(signum).name
 
@@ -91,8 +98,25 @@ class StopRequest:
         return stop
 
 
+def leave_hung_up_terminal() -> None:
+    """Send stdout and stderr to /dev/null where they are a terminal that hung up: every write there fails
+    (EIO), and the progress bar's next one would end the run before it saves its checkpoint. Streams
+    that go to a file or pipe (a log) keep their output."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            try:
+                os.write(fd, b"")  # a hung-up terminal refuses even an empty write; a live one takes it
+            except OSError as err:
+                if err.errno == errno.EIO:
+                    os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def exit_code(signal_name: str | None) -> int:
-    """128 + the signal's number, as a shell reports a process a signal ended: 130 SIGINT, 143 SIGTERM."""
+    """128 + the signal's number, as a shell reports a process a signal ended: 129 SIGHUP, 130 SIGINT,
+    143 SIGTERM."""
     return 128 + int(getattr(signal, signal_name or "SIGTERM"))
 
 
@@ -160,15 +184,16 @@ class EpochResult:
         return self.data_seconds / self.seconds if self.seconds else 0.0
 
 
-def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int) -> None:
-    """One device sync per log step: find the first non-finite loss in the window, if any."""
+def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int, advice: str) -> None:
+    """One device sync per log step: find the first non-finite loss in the window, if any; ``advice``: what to
+    try, for the run's precision (:meth:`AmpPolicy.non_finite_advice`)."""
     values = window[:filled]
     bad = (~torch.isfinite(values)).nonzero()
     if bad.numel():
         step = first_step + int(bad[0, 0])
         raise RunFailed(
             f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
-            f"epoch {epoch} step {step}; lower --lr, add --clip-grad, or use --amp-dtype bfloat16"
+            f"epoch {epoch} step {step}; {advice}"
         )
 
 
@@ -235,7 +260,7 @@ def train_one_epoch(
         samples += len(targets)
         filled += 1
         if filled == len(window) or step + 1 == total_steps:
-            _check_finite(window, filled, epoch, window_start)
+            _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice())
             window_loss, lr = window[:filled].mean().item(), parts.optimizer.param_groups[0]["lr"]
             images_per_second = samples / (time.perf_counter() - start)
             bar.set_postfix(loss=f"{window_loss:.4f}", lr=f"{lr:.3g}", img_s=f"{images_per_second:.1f}")
@@ -249,7 +274,7 @@ def train_one_epoch(
             break
         last_fetch = time.perf_counter()
     if filled:
-        _check_finite(window, filled, epoch, window_start)
+        _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice())
     local = torch.stack(
         [loss_sum, loss_sum.new_tensor(float(samples + carried[1])), loss_sum.new_tensor(float(samples))]
     )

@@ -520,6 +520,7 @@ def check_train_args(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, got {args.batch_size}"
         )
-    args.data_dir = args.data or args.data_dir  # one spelling in the saved config
+    # timm's train.py: --data-dir, and DIR only without it (a config's folder is DIR's default: cli/config.py)
+    args.data_dir = args.data_dir or args.data  # one spelling in the saved config
     if not args.data_dir and not args.dataset:
         raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")

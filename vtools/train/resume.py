@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import time
 import zipfile
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from vtools.atomic import atomic_write
 from vtools.errors import UsageError
 from vtools.models.prepare import unwrap
 from vtools.models.weights import check_state_dict_fits
+from vtools.outputs import Output, check_apart, prove_writable
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.train.checkpoint import (
@@ -78,17 +78,20 @@ def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolde
     return broadcast_from_main(choice)
 
 
-def check_output(output: Path, experiment: str) -> None:
-    """--output must be (or become) a writable folder, and --experiment a folder name in it: said in one
-    line before any run folder is chosen or made."""
+def check_output(output: Path, experiment: str, data: str | None) -> None:
+    """--output must be (or become) a writable folder outside the data, and --experiment a folder name in
+    it: said in one line before any run folder is chosen or made."""
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output {output} is a file, not a folder")
+    folders = [Output("--output", output, files=())]
+    if experiment:
+        folders.append(Output(f"--experiment {experiment}:", output / experiment, files=()))
+    check_apart([("the data folder", data)], folders)  # a run folder in a split would be read as a class
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--output {output}: cannot create it ({err.strerror or err})") from err
-    if not os.access(output, os.W_OK | os.X_OK):
-        raise UsageError(f"--output {output}: the folder is not writable")
+    prove_writable(folders[0])  # os.access says yes to root even where nothing can be made (/proc)
     if experiment and (output / experiment).exists() and not (output / experiment).is_dir():
         raise UsageError(f"--experiment {experiment}: {output / experiment} is a file, not a run folder")
 
@@ -98,7 +101,7 @@ DEFAULT_OUTPUT = "runs"  # --output '' (timm's default spelling) means this
 
 def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     output, stem = Path(args.output or DEFAULT_OUTPUT), _model_stem(args.model)
-    check_output(output, args.experiment)
+    check_output(output, args.experiment, args.data_dir)
     named = output / args.experiment if args.experiment else None
     if args.resume and args.resume != "auto":
         if named is not None:
@@ -107,13 +110,7 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     if args.resume != "auto":
         if named is not None and holds_ended_run(named):
             fresh = reserve_new_folder(output, args.experiment)
-            return RunFolder(
-                fresh,
-                None,
-                f"{named} holds an earlier run, left as it is: this run writes to {fresh} "
-                "(--resume auto would continue the earlier one)",
-                made=True,
-            )
+            return RunFolder(fresh, None, earlier_run_note(named, fresh), made=True)
         return RunFolder(named, None) if named is not None else RunFolder(_new_folder(output, stem), None, made=True)
     if named is not None:
         if (named / LAST).is_file():
@@ -134,6 +131,20 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
     if len(earlier) > 1:
         note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
     return _continue(newest, note)
+
+
+def earlier_run_note(folder: Path, fresh: Path) -> str:
+    """What a new run says of an ended run's folder that it leaves alone for ``fresh``: --resume auto is
+    offered only where there is a checkpoint to continue (a run killed before its first one left none)."""
+    if (folder / LAST).is_file():
+        return (
+            f"{folder} holds an earlier run, left as it is: this run writes to {fresh} "
+            "(--resume auto would continue the earlier one)"
+        )
+    return (
+        f"{folder} holds files of an earlier run that saved no checkpoint, left as they are: this run writes to "
+        f"{fresh} (there is nothing to continue there)"
+    )
 
 
 def _continue(folder: Path, note: str) -> RunFolder:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,37 +45,82 @@ def reserve_new_folder(output: Path, name: str) -> Path:
     raise UsageError(f"--output {output}: could not find a free run folder name for {name}")
 
 
+class DamagedLock(UsageError):
+    """A lock file that is not the pid and file list a vtools run writes: its ledger is lost."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(
+            f"{folder / LOCK_NAME} is damaged (not the process id and file list a vtools run writes there), so "
+            f"vtools cannot tell which files in {folder} a run wrote: give this run another --experiment, or, if "
+            "no training run is using that folder, delete the file and continue the run with --resume auto"
+        )
+
+
 def read_ledger(folder: Path) -> list[str]:
-    """The files (relative to ``folder``) that vtools runs wrote there, as their ledger lists them. Never
-    call it while this process holds the folder's lock: closing any handle of the lock file drops a
-    POSIX lock (the claim reads its ledger through the handle that holds the lock)."""
+    """The files (relative to ``folder``) that vtools runs wrote there, as their ledger lists them (raises
+    :class:`DamagedLock` for a lock file vtools did not write). Never call it while this process holds
+    the folder's lock: closing any handle of the lock file drops a POSIX lock (the claim reads its
+    ledger through the handle that holds the lock)."""
     try:
-        with open(folder / LOCK_NAME, encoding="utf-8") as handle:
-            return _ledger_lines(handle)
+        with open(folder / LOCK_NAME, encoding="utf-8", errors="surrogateescape") as handle:
+            return _ledger_lines(handle, folder)
     except OSError:
         return []
 
 
-def _ledger_lines(handle: IO[str]) -> list[str]:
+def _ledger_lines(handle: IO[str], folder: Path) -> list[str]:
+    """The ledger after the pid line. A lock vtools wrote is empty or starts with a pid, and names files
+    in printable text; anything else (random bytes, another program's file) is :class:`DamagedLock`."""
     handle.seek(0)
-    return [line.strip() for line in handle.read().splitlines()[1:] if line.strip()]
+    lines = handle.read().splitlines()
+    names = [line.strip() for line in lines[1:] if line.strip()]
+    if lines and not (_PID.fullmatch(lines[0].strip()) and all(name.isprintable() for name in names)):
+        raise DamagedLock(folder)
+    return names
+
+
+_PID = re.compile(r"[0-9]+", re.ASCII)
+
+
+def _pid_line(handle: IO[str]) -> str:
+    """The holder's pid as its lock file says, or "unknown"."""
+    handle.seek(0)
+    first = handle.readline().strip()
+    return first if _PID.fullmatch(first) else "unknown"
 
 
 def holds_ended_run(folder: Path) -> bool:
     """Whether an earlier vtools run left files in ``folder`` (its ledger names one that is still there)
     and no run is writing there now. A lock file with no ledger comes from a vtools release that kept
     none: such a folder is taken as an ended run whenever it holds anything else, so that nothing in it
-    is written over."""
-    ledger = read_ledger(folder)
+    is written over. A damaged lock file is said in one line (:class:`DamagedLock`) unless a live run
+    holds it (then :func:`owned_folder` refuses the folder as that run's): its contents prove nothing,
+    the kernel's record lock does."""
+    try:
+        ledger = read_ledger(folder)
+    except DamagedLock:
+        if _live_run_holds(folder):
+            return False
+        raise
     legacy = (folder / LOCK_NAME).is_file() and not ledger and any(p.name != LOCK_NAME for p in folder.iterdir())
     if not legacy and not any((folder / name).exists() for name in ledger):
         return False
+    return not _live_run_holds(folder)  # a live run's folder: owned_folder refuses it, in its own words
+
+
+def _live_run_holds(folder: Path) -> bool:
+    """Whether a running process holds the folder's record lock. A lock file this process may not open for
+    writing cannot be tested: it counts as not held, and a run never writes to such a folder anyway."""
     try:
-        with open(folder / LOCK_NAME, "a", encoding="utf-8") as handle:
-            fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+        handle = open(folder / LOCK_NAME, "a", encoding="utf-8")
     except OSError:
-        return False  # a live run holds it: owned_folder refuses it, in its own words
-    return True
+        return False
+    with handle:
+        try:
+            fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+        except OSError:
+            return True
+    return False
 
 
 class FolderClaim:
@@ -85,7 +131,7 @@ class FolderClaim:
         self._handle = handle
         self.made_folder = made_folder
         self.made: list[Path] = [folder / LOCK_NAME] if made_lock else []
-        self.ledger = set(_ledger_lines(handle)) if handle is not None else set()
+        self.ledger = set(_ledger_lines(handle, folder)) if handle is not None else set()
         self.keep = False  # set once a checkpoint is written: from then on nothing is removed
         self._guard = threading.Lock()  # the checkpoint writer records from its own thread
 
@@ -141,19 +187,32 @@ def _remove_empty(folder: Path) -> None:
 
 
 def _lock(folder: Path) -> tuple[IO[str], bool]:
+    """Take the folder's record lock; a folder this process may not write is refused before anything in
+    it changes (the lock file included)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _not_writable(folder, "the folder is read-only to this user")
     made_lock = not (folder / LOCK_NAME).exists()
-    handle = open(folder / LOCK_NAME, "a+", encoding="utf-8")
+    try:
+        handle = open(folder / LOCK_NAME, "a+", encoding="utf-8", errors="surrogateescape")
+    except OSError as err:
+        raise _not_writable(folder, f"{LOCK_NAME}: {err.strerror or err}") from None
     try:
         fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        handle.seek(0)
-        owner = handle.readline().strip() or "unknown"
+        owner = _pid_line(handle)
         handle.close()
         raise UsageError(
             f"{folder} belongs to a training run that is still going (pid {owner}); wait for it "
             "to end, or give this run another --experiment"
         ) from None
     return handle, made_lock
+
+
+def _not_writable(folder: Path, why: str) -> UsageError:
+    return UsageError(
+        f"the run folder {folder} is not writable ({why}); make it writable (chmod -R u+w {folder}), or give this "
+        "run another --experiment or --output"
+    )
 
 
 @contextmanager
@@ -171,7 +230,11 @@ def owned_folder(folder: Path, enabled: bool = True, made: bool = False) -> Iter
     except OSError as err:
         raise UsageError(f"--output: cannot create the run folder {folder} ({err.strerror or err})") from err
     handle, made_lock = _lock(folder)
-    claim = FolderClaim(folder, handle, made_folder=made, made_lock=made_lock)
+    try:
+        claim = FolderClaim(folder, handle, made_folder=made, made_lock=made_lock)
+    except DamagedLock:
+        handle.close()
+        raise
     claim._rewrite(sorted(claim.ledger))  # the holder's pid on the first line
     remove_stale_temporaries(folder, claim.ledger)
     try:
