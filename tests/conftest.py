@@ -117,16 +117,37 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 
 def run_script(
-    args: list[str], env: dict[str, str | None] | None = None, timeout: float = 600, cwd: Path | None = None
+    args: list[str],
+    env: dict[str, str | None] | None = None,
+    timeout: float = 600,
+    cwd: Path | None = None,
+    file_permissions_apply: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run ``python <args>`` (a script, ``-m module`` or ``-c code``) from the repository root and capture its
     output. The environment is this one with PYTHONPATH set to the repository, then ``env`` on top: a value
-    of None removes that variable."""
+    of None removes that variable. With ``file_permissions_apply`` the script meets file modes as a user
+    does even where the tests run as root (:func:`as_a_user`)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full_env = {key: value for key, value in full_env.items() if value is not None}
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
+    command = [sys.executable, *args]
+    if file_permissions_apply:
+        command = as_a_user(command)
+    return subprocess.run(command, cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def as_a_user(command: list[str]) -> list[str]:
+    """``command`` run so that file modes apply to it. Root reads and writes whatever a mode says; without
+    the two capabilities that let it (setpriv drops them from the bounding set, so the new process never
+    holds them), root is checked as the files' owner like anyone else: a folder made read-only with chmod
+    refuses its writes. A user who is not root needs nothing."""
+    if os.geteuid() != 0:
+        return command
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
+
+
+def file_permissions_can_apply() -> bool:
+    """Whether :func:`as_a_user` can make this host's file modes apply (not root, or root with setpriv)."""
+    return os.geteuid() != 0 or shutil.which("setpriv") is not None
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -243,8 +264,12 @@ CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
 @pytest.fixture(scope="session")
 def fashion4(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four classes of the shipped subset (60 train / 15 val each): small enough for every device."""
-    root = tmp_path_factory.mktemp("fashion4")
-    for split, count in (("train", 60), ("val", 15)):
+    return fashion_subset(tmp_path_factory.mktemp("fashion4"), 60, 15)
+
+
+def fashion_subset(root: Path, train: int, val: int) -> Path:
+    """The first ``train`` / ``val`` images of each of the CLASSES of the shipped subset, in ``root``."""
+    for split, count in (("train", train), ("val", val)):
         for name in CLASSES:
             files = sorted((REPO / "data/fashion-mnist-mini" / split / name).glob("*.png"))[:count]
             (root / split / name).mkdir(parents=True)

@@ -151,7 +151,7 @@ def test_results_files_follow_the_umask_and_odd_file_names(tmp_path: Path) -> No
         ]
     )
     assert proc.returncode == 0, proc.stderr
-    written = tmp_path / "out" / "model-topk1.csv"
+    written = tmp_path / "out" / f"{tmp_path.name}-topk1.csv"  # a folder called model/: its parent's name
     assert pd.read_csv(written)["filename"].tolist() == ["caf\\udce9.png"]
     assert written.stat().st_mode & 0o777 == 0o666 & ~_umask()
 

@@ -10,7 +10,9 @@ What a case needs beyond that is a keyword of its row:
 - ``env``: environment on top of the test's (a value of None removes a variable);
 - ``checks``: callables ``(tmp, <fixture>... | line)`` run after the error, e.g. that no file was left;
 - ``cpu_only``: why the case runs once, on cpu (by default: input checks come before any device work);
-  None runs it on every device type, with ``DEVICE`` in its args where the device flags go.
+  None runs it on every device type, with ``DEVICE`` in its args where the device flags go;
+- ``as_user``: file modes apply to the script even where the tests run as root (a read-only folder
+  refuses its writes; ``run_script(..., file_permissions_apply=True)``).
 
 ``{name}`` in args, env, file contents and fragments is filled in: ``tmp`` (the test's own folder),
 ``data`` (the shipped subset), ``repo``, or a fixture of that name (``custom_images``, ``fashion4``...).
@@ -45,10 +47,12 @@ from tests.conftest import (
     broken_autoload_backend,
     broken_torch_npu_package,
     device_flags,
+    file_permissions_can_apply,
     run_script,
     train_args,
     write_model_folder,
 )
+from tests.test_worker_errors import planted, tiny_image
 
 DATA = REPO / "data" / "fashion-mnist-mini"
 NEEDS_DOWNLOAD = ["--model", "resnet18.a1_in1k", "--pretrained"]
@@ -69,6 +73,7 @@ class Row:
     env: dict[str, str | None] | None = None
     checks: tuple[Callable[..., None], ...] = ()
     cpu_only: str | None = INPUT_CHECKS
+    as_user: bool = False
 
 
 # ---------------------------------------------------------------- setups and checks that rows share
@@ -289,8 +294,8 @@ def _integer_weights(tmp: Path) -> None:
 
 
 def _empty_class_folder_first(tmp: Path, custom_images: Path) -> None:
-    """An empty folder still counts as a class in sorted-folder labelling; the message must say so
-    instead of a puzzling "labels up to 3 but 3 outputs"."""
+    """An empty folder would still count as a class in sorted-folder labelling, shifting every label after it:
+    it is refused by name (not found out as a puzzling "4 classes but 3 outputs")."""
     shutil.copytree(custom_images, tmp / "imgs")
     (tmp / "imgs" / "aardvark").mkdir()  # sorts first: every other folder's label moves up by one
     write_model_folder(tmp / "unnamed", 3)  # no class names: labels by sorted folder order
@@ -332,12 +337,222 @@ def _run_with_damaged_summary(tmp: Path) -> None:
     (tmp / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
 
 
+# run folders train.py cannot use: a lock file it did not write, a folder it may not write (issue 33)
+
+DAMAGED_LOCK = bytes(range(255, 0, -7)) * 3  # bytes no vtools run writes (not even UTF-8)
+
+
+def _damaged_lock(tmp: Path) -> None:
+    """An earlier run's folder whose lock file was overwritten with other bytes: the ledger is lost."""
+    (tmp / "run").mkdir()
+    (tmp / "run" / ".vtools-run.lock").write_bytes(DAMAGED_LOCK)
+    (tmp / "run" / "summary.csv").write_text("epoch,train_loss\n0,1.0\n")
+
+
+def _damaged_lock_left_alone(tmp: Path) -> None:
+    assert (tmp / "run" / ".vtools-run.lock").read_bytes() == DAMAGED_LOCK
+    assert sorted(p.name for p in (tmp / "run").iterdir()) == [".vtools-run.lock", "summary.csv"]
+    assert sorted(p.name for p in tmp.iterdir()) == ["run"]  # no run-2 either
+
+
+def _still_empty(relative: str) -> Callable[[Path], None]:
+    def check(tmp: Path) -> None:
+        assert not any((tmp / relative).iterdir()), sorted((tmp / relative).iterdir())
+
+    return check
+
+
+def _read_only_folder(tmp: Path) -> None:
+    (tmp / "run").mkdir()
+    (tmp / "run").chmod(0o555)
+
+
+def _files_in(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def _finished_run_made_read_only(everything: bool) -> Callable[[Path], None]:
+    """A finished run whose folder (``everything``: and every file in it, the lock too) is made read-only."""
+
+    def setup(tmp: Path) -> None:
+        from vtools.commands import train
+
+        assert train.main([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
+        folder = tmp / "run"
+        for path in [*folder.rglob("*"), folder] if everything else [folder]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        (tmp / "before.json").write_text(json.dumps(_files_in(folder)))
+
+    return setup
+
+
+def _run_folder_unchanged(tmp: Path) -> None:
+    assert _files_in(tmp / "run") == {k: tuple(v) for k, v in json.loads((tmp / "before.json").read_text()).items()}
+
+
 def _blocker_intact(tmp: Path) -> None:
     assert (tmp / "a_file").read_text() == "x"
 
 
+# outputs that are inputs, lie inside the data, are shared by two models, or cannot be written (issue 33)
+
+
+def _model_copies(*relatives: str) -> Callable[[Path, Path], None]:
+    """Copies of custom_model_dir at {tmp}/<relative>."""
+
+    def setup(tmp: Path, custom_model_dir: Path) -> None:
+        for relative in relatives:
+            shutil.copytree(custom_model_dir, tmp / relative)
+
+    return setup
+
+
+def _model_intact(tmp: Path, custom_model_dir: Path) -> None:
+    """{tmp}/model holds custom_model_dir's files, byte for byte, and nothing else."""
+    assert {p.name: p.read_bytes() for p in (tmp / "model").iterdir()} == {
+        p.name: p.read_bytes() for p in custom_model_dir.iterdir()
+    }
+
+
+def _images_copy(tmp: Path, custom_images: Path) -> None:
+    """custom_images at {tmp}/imgs (3 class folders), with {tmp}/link a symlink to it."""
+    shutil.copytree(custom_images, tmp / "imgs")
+    (tmp / "link").symlink_to(tmp / "imgs")
+
+
+IMAGES_OF_CAT = ["cat_0.jpg", "cat_1.png", "cat_2.jpg", "cat_3.png"]  # custom_images/cat
+
+
+def _data_copy(tmp: Path, fashion4: Path) -> None:
+    shutil.copytree(fashion4, tmp / "data")
+
+
+def _classes_unchanged(relative: str, classes: list[str]) -> Callable[[Path], None]:
+    def check(tmp: Path) -> None:
+        assert sorted(p.name for p in (tmp / relative).iterdir()) == classes
+
+    return check
+
+
+def _nan_weights_model(tmp: Path, custom_model_dir: Path) -> None:
+    """{tmp}/nan: custom_model_dir with every weight nan: its loss is not finite (a run's failure, exit 3)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(custom_model_dir, tmp / "nan")
+    weights = str(tmp / "nan" / "model.safetensors")
+    save_file(
+        {k: v.fill_(float("nan")) if v.is_floating_point() else v for k, v in load_file(weights).items()}, weights
+    )
+
+
+def _rows_of(relative: str, *models: str) -> Callable[..., None]:
+    """The results file holds exactly the rows of ``models`` (placeholders filled in)."""
+
+    def check(tmp: Path, custom_model_dir: Path) -> None:
+        import pandas as pd
+
+        expected = [model.format(tmp=tmp, custom_model_dir=custom_model_dir) for model in models]
+        assert pd.read_csv(tmp / relative)["model"].tolist() == expected
+
+    return check
+
+
+def _no_picture_in_the_repository(tmp: Path) -> None:
+    assert not (REPO / "curves.png").exists()  # the old default: ./curves.png in the current folder
+
+
+REPORT_FILES = {"a/overall.csv": "samples,top1\n3,100.0\n", "a/per_class.csv": "class,top1,f1\ncat,100.0,100.0\n"}
+REPORT_FILES |= {name.replace("a/", "b/"): text for name, text in REPORT_FILES.items()}
+
+
+def _intact(relative: str, text: str) -> Callable[[Path], None]:
+    def check(tmp: Path) -> None:
+        assert (tmp / relative).read_text() == text
+
+    return check
+
+
+SUMMARY = "epoch,train_loss,eval_top1\n0,1.0,50.0\n"
+
+
 VALIDATE_RESULTS = ["--results-file", "{tmp}/out/results.csv"]  # and _absent("out/results.csv"): none written
 INFERENCE_RESULTS = ["--results-dir", "{tmp}/out"]  # and _no_csv_in("out")
+
+# ---------------------------------------------------------------- issue 33's adversarial probe: setups and checks
+
+
+def _teacher_of(classes: int) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        write_model_folder(tmp / "teacher", classes)
+
+    return setup
+
+
+def _timm_args_yaml(*argv: str) -> Callable[[Path], None]:
+    """{tmp}/args.yaml as timm's train.py writes it for ``argv`` (every option, data_dir and device as timm's)."""
+
+    def setup(tmp: Path) -> None:
+        from tests.timm_reference import timm_args_yaml
+
+        (tmp / "args.yaml").write_text(timm_args_yaml("train.py", list(argv)), encoding="utf-8")
+
+    return setup
+
+
+def _names_no_other_flag(*flags: str) -> Callable[[Path, str], None]:
+    """The line suggests or names none of ``flags`` (options the command does not take, or the wrong one)."""
+
+    def check(tmp: Path, line: str) -> None:
+        assert not any(flag in line for flag in flags), line
+
+    return check
+
+
+# ---------------------------------------------------------------- unreadable entries, empty class folders, host memory,
+# worker errors (issue 33): setups
+
+
+def _imgs_with(change: Callable[[Path], None]) -> Callable[[Path, Path], None]:
+    """A copy of custom_images (cat, dog, fox: 4 images each) at {tmp}/imgs, changed one way."""
+
+    def setup(tmp: Path, custom_images: Path) -> None:
+        shutil.copytree(custom_images, tmp / "imgs")
+        change(tmp / "imgs")
+
+    return setup
+
+
+def _fashion_with(change: Callable[[Path], None]) -> Callable[[Path, Path], None]:
+    """A copy of fashion4 (train/ and val/) at {tmp}/data, changed one way."""
+
+    def setup(tmp: Path, fashion4: Path) -> None:
+        shutil.copytree(fashion4, tmp / "data")
+        change(tmp / "data")
+
+    return setup
+
+
+def _dangling_link(root: Path) -> None:
+    (root / "dog" / "dog_1.png").unlink()
+    (root / "dog" / "dog_1.png").symlink_to(root / "nowhere.png")
+
+
+def _unlistable_sub_folder(root: Path) -> None:
+    (root / "cat" / "private").mkdir()
+    shutil.copy(root / "cat" / "cat_0.jpg", root / "cat" / "private" / "kept.jpg")
+    (root / "cat" / "private").chmod(0)
+
+
+def _tiny_validation_image(root: Path) -> None:
+    """16x16: --crop-border-pixels 10 trims it to nothing, and the planted transform fails on it."""
+    tiny_image(root / "dog" / "tiny.png")
+
+
+HUGE = [3, 100_000, 100_000]
+_huge_input_size = _model_folder(
+    _config_edit(lambda c: c["pretrained_cfg"].update(input_size=HUGE, test_input_size=HUGE))
+)
+
 
 # ---------------------------------------------------------------- the table
 
@@ -358,6 +573,11 @@ TRAINING_FLAGS = [
     ("val-interval-0", ["--val-interval", "0"], "--val-interval must be a positive integer"),
     ("naflex", ["--naflex-loader"], "--naflex-loader: variable-resolution and NaFlex batches need"),
     ("scale-one-value", ["--scale", "0.5"], "--scale takes two values, low and high, got 0.5"),
+    (  # timm asserts on this pair mid-setup; a colour mean for a grayscale model is a mistake, not a broadcast
+        "gray-with-colour-mean",
+        ["--in-chans", "1", "--mean", "0.5", "0.4", "0.3"],
+        "--mean needs one value per input channel (1) or a single value, got 3",
+    ),
 ]
 
 YAML_VALUES = [  # data-dir, then the line: line numbers count data-dir as line 1
@@ -422,6 +642,26 @@ ROWS = [
         checks=(_nothing_written,),
         cpu_only="the image mode is checked on the host, before the first batch",
     ),
+    Row(  # the patch embedding asserted at the first forward, after the run folder and loaders existed
+        "train-fixed-size-model-other-size",
+        [
+            "train.py",
+            "--data-dir",
+            "{data}",
+            "--model",
+            "deit_tiny_patch16_224",
+            "--img-size",
+            "32",
+            "--output",
+            "{tmp}",
+            "--device",
+            "cpu",
+        ],
+        2,
+        ["the model takes 224x224 images only and the data is 32x32", "--model-kwargs img_size=32"],
+        checks=(_nothing_written,),
+        cpu_only="the size is checked on the host, before the first batch",
+    ),
     Row(
         "validate-negative-profile",
         ["validate.py", "{data}/val", "--model", "test_resnet", "--profile", "-1"],
@@ -478,7 +718,7 @@ ROWS = [
         "validate-empty-class-folder-among-full-ones",
         ["validate.py", "{tmp}/imgs", "--model", "{tmp}/unnamed", *VALIDATE_RESULTS],
         2,
-        ["has 4 classes but", "has 3 outputs", "aardvark holds no images but counts as a class"],
+        ["empty class folder {tmp}/imgs/aardvark: labels come from the sorted folder names", "shift the labels"],
         setup=_empty_class_folder_first,
         checks=(_absent("out/results.csv"),),
     ),
@@ -899,6 +1139,39 @@ ROWS = [
         files={"junk.pth.tar": b"not a checkpoint"},
         checks=(_absent("r"),),
     ),
+    # ------------------------------------------------ run folders: damaged locks, read-only folders (issue 33)
+    *[
+        Row(
+            f"train-damaged-run-lock{suffix}",
+            train_args(Path("{fashion4}"), Path("{tmp}"), "run", "--device", "cpu", *extra),
+            2,
+            ["{tmp}/run/.vtools-run.lock is damaged", "another --experiment", "delete the file", "--resume auto"],
+            setup=_damaged_lock,
+            checks=(_damaged_lock_left_alone,),
+        )
+        for suffix, extra in (("", []), ("-resume-auto", ["--resume", "auto"]))
+    ],
+    Row(
+        "train-read-only-run-folder-new-run",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "run", "--device", "cpu"),
+        2,
+        ["the run folder {tmp}/run is not writable", "chmod -R u+w", "another --experiment"],
+        setup=_read_only_folder,
+        checks=(_still_empty("run"),),
+        as_user=True,
+    ),
+    *[
+        Row(
+            f"train-read-only-run-folder-resume-auto{suffix}",
+            ["train.py", *RESUMABLE, "--epochs", "2", "--resume", "auto"],
+            2,
+            ["the run folder {tmp}/run is not writable", "chmod -R u+w"],
+            setup=_finished_run_made_read_only(everything),
+            checks=(_run_folder_unchanged,),
+            as_user=True,
+        )
+        for suffix, everything in (("", False), ("-files-too", True))
+    ],
     # ------------------------------------------------ configuration files
     *[
         Row(
@@ -1131,6 +1404,532 @@ ROWS = [
         ["the Hugging Face Hub cannot be used (127.0.0.1", "not in the local cache", "local model folder"],
         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": "{tmp}/hf", "HF_HUB_OFFLINE": None},
     ),
+    # issue 33: an output path that is one of the command's inputs, lies inside its data, would hold another
+    # model's result, or cannot be written: refused in one line before any model is built, nothing written
+    Row(
+        "validate-results-file-is-the-models-config",
+        ["validate.py", "{custom_images}", "--model", "{tmp}/model", "--results-file", "{tmp}/model/config.json"],
+        2,
+        ["--results-file {tmp}/model/config.json would write over the model's config.json"],
+        setup=_model_copies("model"),
+        checks=(_model_intact,),
+    ),
+    *[
+        Row(
+            f"validate-report-inside-the-data-{how}",
+            ["validate.py", "{tmp}/imgs", "--model", "{custom_model_dir}", "--report", report],
+            2,
+            [f"--report {report} is inside the data folder {{tmp}}/imgs"],
+            setup=_images_copy,
+            checks=(_classes_unchanged("imgs", ["cat", "dog", "fox"]), _classes_unchanged("imgs/cat", IMAGES_OF_CAT)),
+        )
+        for how, report in (
+            ("split", "{tmp}/imgs/rep"),
+            ("class-folder", "{tmp}/imgs/cat"),
+            ("through-a-symlink", "{tmp}/link/cat/rep"),
+            ("through-dotdot", "{tmp}/out/../imgs/rep"),
+        )
+    ],
+    Row(
+        "validate-two-run-models-one-report-folder",
+        ["validate.py", "{custom_images}", "--model", "{tmp}/x/a/model,{tmp}/y/a/model", "--report", "{tmp}/R"],
+        2,
+        ["the --report of {tmp}/x/a/model {tmp}/R/a and the --report of {tmp}/y/a/model {tmp}/R/a are one path"],
+        setup=_model_copies("x/a/model", "y/a/model"),
+        checks=(_absent("R"),),
+    ),
+    Row(
+        "validate-one-bad-model-of-two-keeps-the-others-rows",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir},{tmp}/nosuch/model", *VALIDATE_RESULTS],
+        2,
+        ["1 of 2 models failed: --model {tmp}/nosuch/model: no such model folder", "results of the other 1 are in"],
+        checks=(_rows_of("out/results.csv", "{custom_model_dir}"),),
+    ),
+    Row(
+        "validate-one-model-of-two-fails-on-its-own",
+        ["validate.py", "{custom_images}", "--model", "{tmp}/nan,{custom_model_dir}", *VALIDATE_RESULTS],
+        3,
+        ["1 of 2 models failed: {tmp}/nan: the loss over 12 images is nan", "results of the other 1 are in"],
+        setup=_nan_weights_model,
+        checks=(_rows_of("out/results.csv", "{custom_model_dir}"),),
+    ),
+    Row(  # said before the data is read or the model built: neither exists here
+        "validate-results-file-under-proc",
+        ["validate.py", "{tmp}/no-data", *NEEDS_DOWNLOAD, "--results-file", "/proc/vtools-r.csv"],
+        2,
+        ["--results-file /proc/vtools-r.csv: folder /proc is not writable"],
+        env=OFFLINE,
+    ),
+    Row(
+        "validate-report-under-proc",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--report", "/proc/vtools-report"],
+        2,
+        ["--report /proc/vtools-report: cannot create folder /proc/vtools-report"],
+    ),
+    Row(
+        "validate-report-under-a-file",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--report", "{tmp}/a_file/rep"],
+        2,
+        ["--report {tmp}/a_file/rep: cannot create folder {tmp}/a_file/rep (Not a directory)"],
+        files={"a_file": "x"},
+        checks=(_blocker_intact,),
+    ),
+    *[
+        Row(
+            f"validate-{flag.strip('-')}-in-a-read-only-folder",
+            ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", flag, "{tmp}/run/out"],
+            2,
+            [fragment],
+            setup=_read_only_folder,
+            checks=(_still_empty("run"),),
+            as_user=True,
+        )
+        for flag, fragment in (
+            ("--results-file", "--results-file {tmp}/run/out: folder {tmp}/run is not writable (Permission denied)"),
+            ("--report", "--report {tmp}/run/out: cannot create folder {tmp}/run/out (Permission denied)"),
+        )
+    ],
+    Row(
+        "inference-results-in-a-read-only-folder",
+        ["inference.py", "{custom_images}", "--model", "{custom_model_dir}", "--results-dir", "{tmp}/run"],
+        2,
+        ["results file {tmp}/run/custom_model", "folder {tmp}/run is not writable (Permission denied)"],
+        setup=_read_only_folder,
+        checks=(_still_empty("run"),),
+        as_user=True,
+    ),
+    Row(
+        "inference-results-inside-the-source",
+        ["inference.py", "{tmp}/imgs", "--model", "{custom_model_dir}", "--results-dir", "{tmp}/imgs/out"],
+        2,
+        ["results file {tmp}/imgs/out/custom_model", "is inside SOURCE {tmp}/imgs"],
+        setup=_images_copy,
+        checks=(_absent("imgs/out"),),
+    ),
+    Row(
+        "inference-results-file-is-the-models-config",
+        [
+            "inference.py",
+            "{custom_images}",
+            "--model",
+            "{tmp}/model",
+            "--results-dir",
+            "{tmp}/model",
+            "--results-file",
+            "config",
+            "--results-format",
+            "json",
+        ],
+        2,
+        ["results file {tmp}/model/config.json would write over the model's config.json"],
+        setup=_model_copies("model"),
+        checks=(_model_intact,),
+    ),
+    Row(
+        "train-output-inside-the-data",
+        train_args(Path("{tmp}/data"), Path("{tmp}/data/train"), "run", "--device", "cpu"),
+        2,
+        ["--output {tmp}/data/train is inside the data folder {tmp}/data"],
+        setup=_data_copy,
+        checks=(_classes_unchanged("data/train", CLASSES),),
+    ),
+    Row(
+        "train-experiment-is-the-data",
+        train_args(Path("{tmp}/data"), Path("{tmp}"), "data", "--device", "cpu"),
+        2,
+        ["--experiment data: {tmp}/data is the data folder {tmp}/data"],
+        setup=_data_copy,
+        checks=(_classes_unchanged("data", ["train", "val"]),),
+    ),
+    Row(
+        "train-output-is-proc",
+        train_args(Path("{fashion4}"), Path("/proc"), None, "--device", "cpu"),
+        2,
+        ["--output /proc: folder /proc is not writable"],
+    ),
+    Row(
+        "export-output-is-the-models-weights",
+        [
+            "-m",
+            "vtools",
+            "export",
+            "{tmp}/model",
+            "--data",
+            "{custom_images}",
+            "--output",
+            "{tmp}/model/model.safetensors",
+        ],
+        2,
+        ["--output {tmp}/model/model.safetensors would write over the model's model.safetensors"],
+        setup=_model_copies("model"),
+        checks=(_model_intact,),
+    ),
+    Row(
+        "compare-output-is-a-reports-file",
+        ["-m", "vtools", "compare", "{tmp}/a", "{tmp}/b", "--output", "{tmp}/a/overall.csv"],
+        2,
+        ["--output {tmp}/a/overall.csv would write over REPORT {tmp}/a's overall.csv"],
+        files=REPORT_FILES,
+        checks=(_intact("a/overall.csv", REPORT_FILES["a/overall.csv"]),),
+    ),
+    Row(
+        "plot-output-is-the-runs-summary",
+        ["-m", "vtools", "plot", "{tmp}/run", "-o", "{tmp}/run/summary.csv"],
+        2,
+        ["--output {tmp}/run/summary.csv would write over RUN {tmp}/run's summary"],
+        files={"run/summary.csv": SUMMARY},
+        checks=(_intact("run/summary.csv", SUMMARY),),
+    ),
+    Row(
+        "plot-several-runs-name-their-picture",
+        ["-m", "vtools", "plot", "{tmp}/a", "{tmp}/b"],
+        2,
+        ["2 runs are drawn into one picture: name it with -o PNG"],
+        files={"a/summary.csv": SUMMARY, "b/summary.csv": SUMMARY},
+        checks=(_no_picture_in_the_repository, _absent("a/curves.png"), _absent("b/curves.png")),
+    ),
+    Row(
+        "shards-out-inside-the-folder",
+        ["-m", "vtools", "shards", "{tmp}/imgs", "{tmp}/imgs/cat/shards"],
+        2,
+        ["OUT {tmp}/imgs/cat/shards is inside FOLDER {tmp}/imgs"],
+        setup=_images_copy,
+        checks=(_classes_unchanged("imgs/cat", IMAGES_OF_CAT),),
+    ),
+    Row(
+        "bench-output-inside-the-data",
+        ["-m", "vtools", "bench", "--data", "{tmp}/imgs", "--output", "{tmp}/imgs/bench.csv"],
+        2,
+        ["--output {tmp}/imgs/bench.csv is inside --data {tmp}/imgs"],
+        setup=_images_copy,
+        checks=(_absent("imgs/bench.csv"),),
+    ),
+    Row(
+        "parity-results-file-is-the-models-weights",
+        ["-m", "vtools", "parity", "{tmp}/model", "--results-file", "{tmp}/model/model.safetensors"],
+        2,
+        ["--results-file {tmp}/model/model.safetensors would write over the model's model.safetensors"],
+        setup=_model_copies("model"),
+        checks=(_model_intact,),
+    ),
+    # issue 33, an adversarial probe: refusals that a YAML file slipped past, a teacher of other classes,
+    # values no transform means, misleading names and hints, and inputs that ended in a traceback or a hang
+    *[
+        Row(
+            f"yaml-refused-{name}",
+            ["train.py", "-c", "{tmp}/run.yaml", "--output", "{tmp}/out", *flags],
+            2,
+            [fragment],
+            files={"run.yaml": f"data-dir: {{fashion4}}\nmodel: test_resnet\nepochs: 1\n{line}\n"},
+            checks=(_absent("out"),),
+        )
+        for name, line, flags, fragment in (
+            ("aug-splits", "aug-splits: 2", [], "--aug-splits 2: AugMix split batches"),
+            ("aug-splits-and-flag", "aug-splits: 2", ["--aug-splits", "2"], "--aug-splits 2: AugMix split batches"),
+            ("torchscript", "torchscript: true", [], "--torchscript: TorchScript is deprecated"),
+            ("log-wandb", "log-wandb: true", [], "--log-wandb: "),
+            ("naflex-loader", "naflex-loader: true", [], "--naflex-loader: variable-resolution"),
+            ("worker-seeding", "worker_seeding: part", [], "--worker-seeding part: vtools seeds every sample"),
+        )
+    ],
+    Row(
+        "timm-args-yaml-feature-distillation",
+        [
+            "train.py",
+            "-c",
+            "{tmp}/args.yaml",
+            "--data-dir",
+            "{fashion4}",
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--output",
+            "{tmp}/out",
+        ],
+        2,
+        ["--kd-distill-type feature: feature and token distillation"],
+        setup=_timm_args_yaml(
+            "--model", "test_resnet", "--kd-model-name", "test_resnet", "--kd-distill-type", "feature"
+        ),
+        checks=(_absent("out"),),
+    ),
+    Row(
+        "train-teacher-of-other-classes",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--kd-model-name", "{tmp}/teacher"),
+        2,
+        ["--kd-model-name {tmp}/teacher predicts 10 classes and the student 4", "random one"],
+        setup=_teacher_of(10),
+        checks=(_absent("r"),),
+        cpu_only="the teacher is checked as it is built, before the first step",
+    ),
+    Row(
+        "train-teacher-errors-name-kd-model-name",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--kd-model-name", "resnet5O"),
+        2,
+        ["--kd-model-name: unknown model 'resnet5O'"],
+        checks=(_absent("r"),),
+        cpu_only="the teacher is checked as it is built, before the first step",
+    ),
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-crop-pct-{value}",
+            [script, "{custom_images}", "--model", "{custom_model_dir}", "--crop-pct", value, *results],
+            2,
+            ["--crop-pct must be above 0 and at most 2", *more],
+            checks=(check,),
+        )
+        for script, results, check in (
+            ("validate.py", VALIDATE_RESULTS, _absent("out/results.csv")),
+            ("inference.py", INFERENCE_RESULTS, _no_csv_in("out")),
+        )
+        for value, more in (("0", ["got 0"]), ("50", ["a percentage? 50 % is 0.5"]))
+    ],
+    *[
+        Row(
+            name,
+            ["train.py", "-c", "{tmp}/bad.yaml"],
+            2,
+            [fragment],
+            files={"bad.yaml": f"data-dir: {{fashion4}}\n{line}\n"},
+        )
+        for name, line, fragment in (
+            ("yaml-crop-pct-percentage", "crop-pct: 87.5", "got 87.5 (a percentage? 87.5 % is 0.875)"),
+            ("yaml-epochs-inf", "epochs: .inf", "key 'epochs' expects an integer, got inf"),
+            ("yaml-epochs-nan", "epochs: .nan", "key 'epochs' expects an integer, got nan"),
+            ("yaml-list-as-a-key", "[a, b]: 1", "line 2: a key must be an option name, not a list"),
+            ("yaml-misspelt-learning-rate", "lerning-rate: 0.1", "unknown key 'lerning-rate' (did you mean 'lr'?)"),
+        )
+    ],
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-amp-with-a-model-dtype",
+            [*args, "--amp", "--amp-dtype", "float16", "--model-dtype", "bfloat16"],
+            2,
+            ["--amp with --model-dtype bfloat16", "use one of them"],
+        )
+        for script, args in (
+            ("train.py", train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu")),
+            ("validate.py", ["validate.py", "{custom_images}", "--model", "{custom_model_dir}"]),
+            ("inference.py", ["inference.py", "{custom_images}", "--model", "{custom_model_dir}"]),
+        )
+    ],
+    Row(
+        "inference-in-chans-and-input-size-disagree",
+        [
+            "inference.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--in-chans",
+            "3",
+            "--input-size",
+            "1",
+            "32",
+            "32",
+        ],
+        2,
+        ["--in-chans 3 and --input-size 1 32 32 disagree on the number of input channels"],
+    ),
+    *[
+        Row(
+            f"{script.removesuffix('.py')}-slurm-ntasks-not-a-number",
+            [script, "{custom_images}", "--model", "{custom_model_dir}", "--device", "cpu"],
+            2,
+            ["SLURM_NTASKS='abc' is not a whole number of 1 or more"],
+            env={"SLURM_PROCID": "0", "SLURM_NTASKS": "abc"},
+        )
+        for script in ("train.py", "validate.py", "inference.py")
+    ],
+    # without the check, rank 5 of 2 waits in the rendezvous for ranks that never come, silent, forever
+    Row(
+        "train-slurm-rank-outside-the-tasks",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu"),
+        2,
+        ["SLURM_PROCID=5 is not below SLURM_NTASKS=2", "wait forever"],
+        env={"SLURM_PROCID": "5", "SLURM_NTASKS": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+        checks=(_absent("r"),),
+    ),
+    Row(
+        "parity-against-names-its-flag",
+        ["-m", "vtools", "parity", "{custom_model_dir}", "--device", "cpu", "--against", "npu:x"],
+        2,
+        ["malformed --against 'npu:x'"],
+        checks=(_names_no_other_flag("--device"),),
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "parity-against-a-missing-backend",
+        ["-m", "vtools", "parity", "{custom_model_dir}", "--device", "cpu", "--against", "npu"],
+        2,
+        ["--against npu needs the package torch_npu", "python3 -m tests.emulated_npu <script> ... --against npu"],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "parity-bad-image-suggests-no-foreign-flag",
+        ["-m", "vtools", "parity", "{custom_model_dir}", "--device", "cpu", "--data", "{tmp}/imgs"],
+        2,
+        ["--data: cannot use image {tmp}/imgs/broken.png", "remove it from --data"],
+        files={"imgs/broken.png": b"not an image"},
+        checks=(_names_no_other_flag("--on-bad-image"),),
+    ),
+    Row(
+        "validate-npu-without-torch-npu-names-the-emulator",
+        ["validate.py", "--device", "npu"],
+        2,
+        [
+            "needs the package torch_npu",
+            "no NPU at hand?",
+            "python3 -m tests.emulated_npu validate.py ... --device npu",
+        ],
+        cpu_only=DEVICE_SITUATION,
+    ),
+    Row(
+        "train-non-finite-on-a-910a-advises-full-precision",
+        train_args(
+            Path("{fashion4}"), Path("{tmp}"), "nan", *device_flags("npu"), "--amp", "--mean", "3e38", "3e38", "3e38"
+        ),
+        3,
+        ["non-finite", "train without --amp (no bfloat16 here)"],
+        env={"VTOOLS_EMU_NPU_CHIP": "910A"},
+        checks=(_names_no_other_flag("--amp-dtype bfloat16"),),
+        cpu_only="a 910A's situation (no bfloat16): the emulated npu poses as one with VTOOLS_EMU_NPU_CHIP=910A",
+    ),
+    *[
+        Row(
+            f"train-misspelt-{flag.lstrip('-')}",
+            ["train.py", "--data-dir", "{data}", flag, "1"],
+            2,
+            [f"did you mean {meant}?"],
+        )
+        for flag, meant in (
+            ("--lerning-rate", "--lr"),
+            ("--learning-rate", "--lr"),
+            ("--min-learning-rate", "--min-lr"),
+            ("--optimizer", "--opt"),
+            ("--lr-scheduler", "--sched"),
+            ("--data-path", "--data-dir"),
+        )
+    ],
+    # ------------------------------------------------ unreadable entries, empty class folders (issue 33)
+    Row(
+        "validate-dangling-link-in-a-class-folder",
+        ["validate.py", "{tmp}/imgs", *NEEDS_DOWNLOAD, *VALIDATE_RESULTS],
+        2,
+        [
+            "cannot read image {tmp}/imgs/dog/dog_1.png: reading failed (a link to {tmp}/imgs/nowhere.png, which "
+            "does not exist)",
+            "--on-bad-image skip",
+        ],
+        setup=_imgs_with(_dangling_link),
+        env=OFFLINE,
+        checks=(_absent("out/results.csv"), _no_download_mentioned),
+    ),
+    Row(
+        "inference-dangling-link-in-the-folder",
+        ["inference.py", "{tmp}/imgs", *NEEDS_DOWNLOAD, *INFERENCE_RESULTS],
+        2,
+        ["cannot read image {tmp}/imgs/dog/dog_1.png: reading failed (a link to", "--on-bad-image skip"],
+        setup=_imgs_with(_dangling_link),
+        env=OFFLINE,
+        checks=(_no_csv_in("out"), _no_download_mentioned),
+    ),
+    Row(
+        "inference-list-names-a-missing-file",
+        ["inference.py", "{tmp}/list.txt", "--model", "{custom_model_dir}", *INFERENCE_RESULTS],
+        2,
+        ["cannot read image {tmp}/gone.png: reading failed (listed in {tmp}/list.txt, but it does not exist)"],
+        files={"list.txt": "gone.png\n"},
+        checks=(_no_csv_in("out"),),
+    ),
+    Row(
+        "validate-sub-folder-that-cannot-be-listed",
+        ["validate.py", "{tmp}/imgs", "--model", "{custom_model_dir}", *VALIDATE_RESULTS],
+        2,
+        ["cannot read image {tmp}/imgs/cat/private: reading failed (PermissionError: the folder cannot be listed"],
+        setup=_imgs_with(_unlistable_sub_folder),
+        checks=(_absent("out/results.csv"),),
+        as_user=True,
+    ),
+    Row(
+        "train-empty-class-folder",
+        train_args(Path("{tmp}/data"), Path("{tmp}"), "run", "--device", "cpu"),
+        2,
+        [
+            "empty class folder {tmp}/data/train/aardvark: labels come from the sorted folder names",
+            "add images to it or remove it",
+        ],
+        setup=_fashion_with(lambda data: (data / "train" / "aardvark").mkdir()),
+        checks=(_absent("run"),),
+    ),
+    # ------------------------------------------------ host memory: an input size that cannot fit (issue 33)
+    Row(
+        "validate-input-size-beyond-host-memory",
+        ["validate.py", "{custom_images}", "--model", "{tmp}/model", DEVICE, *VALIDATE_RESULTS],
+        2,
+        ["input size 3x100000x100000 at batch size 256 needs about", "TiB of host memory", "not even one image fits"],
+        setup=_huge_input_size,
+        checks=(_absent("out/results.csv"),),
+        cpu_only=None,
+    ),
+    Row(
+        "inference-input-size-beyond-host-memory",
+        ["inference.py", "{custom_images}", "--model", "{tmp}/model", *INFERENCE_RESULTS],
+        2,
+        ["input size 3x100000x100000 at batch size 256 needs about", "is available", "--img-size or --input-size"],
+        setup=_huge_input_size,
+        checks=(_no_csv_in("out"),),
+    ),
+    Row(
+        "train-input-size-beyond-host-memory",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "run", "--device", "cpu", "--input-size", *map(str, HUGE)),
+        2,
+        ["input size 3x100000x100000 at batch size 32 needs about", "not even one image fits"],
+        checks=(_absent("run"),),
+    ),
+    # ------------------------------------------------ worker errors: a transform fails on one image (issue 33)
+    *[
+        Row(
+            f"validate-transform-fails-on-one-image-workers-{workers}",
+            ["validate.py", "{tmp}/imgs", "--model", "{custom_model_dir}", DEVICE, "--crop-border-pixels", "10"]
+            + ["--workers", workers, *VALIDATE_RESULTS],
+            2,
+            [
+                "cannot transform image {tmp}/imgs/dog/tiny.png: transform Resize failed (ZeroDivisionError: "
+                "division by zero) at batch 0",
+                "--on-bad-image skip",
+            ],
+            setup=_imgs_with(_tiny_validation_image),
+            checks=(_absent("out/results.csv"),),
+            cpu_only=None,
+        )
+        for workers in ("0", "1")
+    ],
+    *[
+        Row(
+            f"train-planted-transform-fails-on-one-image-workers-{workers}",
+            [*planted("train"), *train_args(Path("{tmp}/data"), Path("{tmp}"), "run", DEVICE)[1:]]
+            + ["--epochs", "1", "--workers", workers],
+            2,
+            [
+                "cannot transform image {tmp}/data/train/bag/tiny.png: transform Planted failed (ValueError: planted "
+                "failure) at training epoch 0, batch ",
+                "--on-bad-image skip",
+            ],
+            setup=_fashion_with(lambda data: tiny_image(data / "train" / "bag" / "tiny.png")),
+            cpu_only=None,
+        )
+        for workers in ("0", "1")
+    ],
+    Row(
+        "inference-planted-transform-fails-on-one-image",
+        [*planted("infer"), "{tmp}/imgs", "--model", "{custom_model_dir}", DEVICE, *INFERENCE_RESULTS],
+        2,
+        ["cannot transform image {tmp}/imgs/dog/tiny.png: transform Planted failed (ValueError: planted failure)"],
+        setup=_imgs_with(_tiny_validation_image),
+        checks=(_no_csv_in("out"),),
+        cpu_only=None,
+    ),
 ]
 
 
@@ -1141,10 +1940,14 @@ def _params(rows: list[Row]) -> list:
         assert (DEVICE in row.args) == (row.cpu_only is None), (
             f"{row.id}: DEVICE in its args exactly when cpu_only=None"
         )
+        host = [pytest.mark.skipif(not file_permissions_can_apply(), reason="root here, and no setpriv")] * row.as_user
         if row.cpu_only is None:
-            params += [pytest.param(row, device_type, id=f"{row.id}-{device_type}") for device_type in DEVICE_TYPES]
+            params += [
+                pytest.param(row, device_type, id=f"{row.id}-{device_type}", marks=host) for device_type in DEVICE_TYPES
+            ]
         else:
-            params.append(pytest.param(row, "cpu", id=row.id, marks=pytest.mark.cpu_only(reason=row.cpu_only)))
+            marks = [pytest.mark.cpu_only(reason=row.cpu_only), *host]
+            params.append(pytest.param(row, "cpu", id=row.id, marks=marks))
     ids = [param.id for param in params]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
     return params
@@ -1186,7 +1989,7 @@ def test_one_line_error(row: Row, device_type: str, request: pytest.FixtureReque
         filled for arg in row.args for filled in (device_flags(device_type) if arg == DEVICE else [values.fill(arg)])
     ]
     env = {name: None if value is None else values.fill(value) for name, value in (row.env or {}).items()}
-    proc = run_script(args, env=env)
+    proc = run_script(args, env=env, file_permissions_apply=row.as_user)
     line = assert_one_line_error(proc, row.code, *(values.fill(fragment) for fragment in row.fragments))
     for check in row.checks:
         check(tmp_path, **values.arguments(check, line=line))
