@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from vtools.errors import UsageError
+from vtools.observe.env_report import describe
 from vtools.runtime import device as dev
 
 
@@ -47,10 +49,11 @@ def test_the_emulator_is_suggested_only_where_it_exists(monkeypatch: pytest.Monk
     """In a source checkout, --device npu without torch_npu says how to try the npu path on the emulated npu;
     an installed copy of vtools has no tests/ folder, and says nothing of it."""
     monkeypatch.setattr(sys, "argv", ["/anywhere/train.py"])
-    assert dev._emulator_hint("npu", "--device").endswith("python3 -m tests.emulated_npu train.py ... --device npu")
-    assert dev._emulator_hint("xpu", "--device") == ""
-    monkeypatch.setattr(dev, "_EMULATOR", str(tmp_path / "tests"))
-    assert dev._emulator_hint("npu", "--device") == ""
+    npu, xpu = dev.kind_of("npu"), dev.kind_of("xpu")
+    assert dev._emulator_hint(npu, "--device").endswith("python3 -m tests.emulated_npu train.py ... --device npu")
+    assert dev._emulator_hint(xpu, "--device") == ""
+    monkeypatch.setattr(dev, "_CHECKOUT", str(tmp_path))
+    assert dev._emulator_hint(npu, "--device") == ""
 
 
 def test_resolve_gives_current_device(device: torch.device) -> None:
@@ -102,7 +105,7 @@ def test_helpers_run_on_every_device(device: torch.device) -> None:
         assert peak >= x.numel() * 4
     assert dev.pin_memory(device) == (device.type != "cpu")
     assert dev.non_blocking(device) == dev.pin_memory(device)
-    info = dev.describe(device)
+    info = describe(device)
     assert info["device"] == str(device) and info["name"]
 
 
@@ -159,3 +162,52 @@ def test_other_devices_keep_torch_defaults(device: torch.device, default_backend
         pytest.skip("the cuda row tunes on purpose (test above)")
     assert dev.apply_tuning(device) == {}
     assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.benchmark is False
+
+
+# ---------------------------------------------------------------- the table keeps its promise: a row, not a branch
+
+DEVICE_MODULE = Path(dev.__file__)
+DEVICE_NAMES = {*dev.DEVICE_KINDS, "cpu", "cuda", "npu", "xpu", "mps", "mlu", "hpu"}
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """Device names a comparison operand spells: a string literal, or literals in a tuple, list or set."""
+    parts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {p.value.lower() for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)}
+
+
+def device_name_branches(source: str) -> list[str]:
+    """Comparisons (==, !=, in, match cases) with a device name, as ``line: code``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.MatchValue):
+            operands = [node.value]
+        else:
+            continue
+        if any(_names_in(operand) & DEVICE_NAMES for operand in operands):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_device_module_never_branches_on_a_device_name() -> None:
+    """What differs between device types is a field of their row (vtools/runtime/device_kinds.py)."""
+    offenders = device_name_branches(DEVICE_MODULE.read_text(encoding="utf-8"))
+    assert not offenders, "device.py branches on a device name; make it a field of the row:\n" + "\n".join(offenders)
+
+
+def test_the_branch_check_can_fail() -> None:
+    planted = (
+        "if device.type == 'npu':\n    pass\n"
+        "ok = kind not in ('auto', 'cpu')\n"
+        "same = 'MPS' != name\n"
+        "match device.type:\n    case 'cuda':\n        pass\n"
+        "fine = kind.host and name == 'auto' and spec != 'privateuse'\n"
+    )
+    assert [line.split(":")[0] for line in device_name_branches(planted)] == ["1", "3", "4", "6"]
+
+
+def test_the_device_module_stays_short() -> None:
+    """The table is data in its own module; device.py holds the operations on it."""
+    assert len(DEVICE_MODULE.read_text(encoding="utf-8").splitlines()) < 350

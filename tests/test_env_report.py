@@ -75,3 +75,20 @@ def test_env_report_on_emulated_npu() -> None:
     ):
         assert expected in out, (expected, out)
     assert out.split("dist_backend:")[1].splitlines()[0].strip() == "hccl"  # tests/emulated_npu/process_group.py
+
+
+def test_the_reported_variables_come_from_the_device_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row's variables are reported (mlu's and hpu's too), and a new row needs no edit of the report."""
+    from vtools.observe import env_report
+    from vtools.runtime import device as dev
+
+    names = env_report.environment_variables()
+    for kind in dev.DEVICE_KINDS.values():
+        assert set(kind.environment_variables()) <= set(names), kind.type
+    assert {"MLU_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "ASCEND_TOOLKIT_HOME", "LOCAL_RANK"} <= set(names)
+
+    row = dev.DeviceKind("newdev", visible_env="NEWDEV_VISIBLE", toolkit="newkit", toolkit_home_env=("NEWKIT_HOME",))
+    monkeypatch.setitem(dev.DEVICE_KINDS, "newdev", row)
+    monkeypatch.setenv("NEWKIT_HOME", "/opt/newkit")
+    assert {"NEWDEV_VISIBLE", "NEWKIT_HOME"} <= set(env_report.environment_variables())
+    assert env_report.backend_versions()["newkit"] == "/opt/newkit"

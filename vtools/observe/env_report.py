@@ -1,4 +1,8 @@
-"""What a device bug report needs: versions, devices, AMP policy, cpu budget, environment."""
+"""What a device bug report needs: versions, devices, AMP policy, cpu budget, environment.
+
+Which backend packages, toolkits and environment variables to report is read from the device table
+(vtools/runtime/device_kinds.py), so a new row is reported without an edit here.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +17,17 @@ from vtools.errors import UsageError
 from vtools.runtime import device as dev
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import setup_cpu_budget
+from vtools.runtime.preflight import package_status
 
-ENV_VARS = (
-    "CUDA_VISIBLE_DEVICES",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "ZE_AFFINITY_MASK",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "ASCEND_TOOLKIT_HOME",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "MASTER_ADDR",
-    "OMP_NUM_THREADS",
-    "CPU_AFFINITY_CONF",
-)
+# the variables of any run, whatever its device; each device type's own come from its row
+RUN_ENV_VARS = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS")
+
+
+def environment_variables() -> tuple[str, ...]:
+    """Every variable the report shows: each device row's (visible devices, toolkit, affinity,
+    recommended settings), then those of any run."""
+    names = [name for kind in dev.DEVICE_KINDS.values() for name in kind.environment_variables()]
+    return tuple(dict.fromkeys([*names, *RUN_ENV_VARS]))
 
 
 def _version(package: str) -> str:
@@ -53,12 +55,12 @@ def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> 
     except UsageError as err:
         target = None
         problem = str(err)
-    report.update(dev.backend_versions())
+    report.update(backend_versions())
     if target is None:
         report["device"] = f"{device_spec} unusable: {problem}"
     else:
         report.update(_device_report(target))
-    report["environment"] = {name: os.environ.get(name, "unset") for name in ENV_VARS}
+    report["environment"] = {name: os.environ.get(name, "unset") for name in environment_variables()}
     return report
 
 
@@ -69,7 +71,7 @@ def _device_report(target: torch.device) -> dict[str, Any]:
         "device": str(target),
         "device_count": count,
         "devices": [
-            dev.describe(torch.device(target.type, i) if target.type != "cpu" else target) for i in range(count)
+            describe(target if dev.kind_of(target.type).host else torch.device(target.type, i)) for i in range(count)
         ],
         "amp_policy": amp.dtype_name,
         "grad_scaler": amp.needs_grad_scaler,
@@ -77,6 +79,54 @@ def _device_report(target: torch.device) -> dict[str, Any]:
         "tuning": dev.apply_tuning(target) or "none",
         "cpu_budget": setup_cpu_budget(target).describe(),
     }
+
+
+def describe(device: torch.device) -> dict[str, Any]:
+    """Name and memory of one device."""
+    info: dict[str, Any] = {"device": str(device)}
+    if dev.kind_of(device.type).host:
+        info["name"] = _cpu_name()
+        return info
+    info["name"] = dev.device_name(device)
+    module = dev.device_module(device)
+    props = getattr(module, "get_device_properties", None)
+    total = getattr(props(device), "total_memory", None) if props is not None else None
+    if total is not None:
+        info["memory_gib"] = round(total / 2**30, 1)
+    info["bf16"] = dev.is_bf16_supported(device)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def backend_versions() -> dict[str, str]:
+    """Versions of the device backends: the toolkits torch was built for, each row's package (and whether
+    it loads), each row's toolkit installation."""
+    kinds = dev.DEVICE_KINDS.values()
+    versions: dict[str, str] = {}
+    for kind in kinds:
+        for toolkit in kind.torch_build:
+            built_for = getattr(torch.version, toolkit, None)
+            if built_for:
+                versions[f"torch_built_for_{toolkit}"] = built_for
+    for kind in kinds:
+        status = package_status(kind.package) if kind.package else None
+        if status is not None:
+            versions[kind.package] = status
+    for kind in kinds:
+        home = next((os.environ[name] for name in kind.toolkit_home_env if os.environ.get(name)), None)
+        if home:
+            versions[kind.toolkit] = home
+    return versions
 
 
 def _dist_backend_or_reason(target: torch.device) -> str:

@@ -10,8 +10,9 @@ inputs and says so. Ascend's backend prints, once per operator and process::
 through its own ``c10::WarningHandler`` (its warn macro), i.e. straight to file descriptor 2:
 it never reaches Python's ``warnings`` module. MPS and XPU warn through ``warnings`` (once per
 process), which Python also prints on file descriptor 2. So :class:`FallbackWatch` tees that
-descriptor: everything written there still reaches the terminal or log as it came, and each line
-that matches the device table's ``host_fallback`` pattern (vtools/runtime/device.py) is counted.
+descriptor (vtools/observe/stderr_tee.py): everything written there still reaches the terminal or log
+as it came, and each line that matches the device table's ``host_fallback`` pattern
+(vtools/runtime/device_kinds.py) is counted.
 
 A count is a number of announcements, not of calls: Ascend's backend announces an operator once
 per process, so there each operator counts 1 per process; what matters is which operators, and
@@ -36,7 +37,6 @@ import ctypes
 import io
 import os
 import re
-import select
 import sys
 import threading
 from dataclasses import dataclass
@@ -47,12 +47,11 @@ import torch
 
 from vtools.atomic import atomic_write_text
 from vtools.errors import RunFailed
+from vtools.observe import stderr_tee
 from vtools.runtime import device as dev
 
 CSV_NAME = "cpu_fallbacks.csv"
 CSV_COLUMNS = ("op", "count", "first_seen_at")
-_SENTINEL = b"\x00vtools-fallback-watch-end\x00"
-_MAX_LINE = 1 << 20  # a "line" longer than this is not an announcement: stop collecting it
 
 
 class HostFallbackStop(BaseException):
@@ -81,10 +80,9 @@ class FallbackWatch:
         self._main = threading.main_thread().ident
         self._first_fatal: Fallback | None = None
         self._closed = False
-        self._saved_fd: int | None = None
-        self._write_fd: int | None = None
-        self._drained = threading.Event()
-        self._restored = False
+        # under ``fatal`` a line is held until complete, so that the announcement the run stops for is not
+        # printed as well as the run's one-line error
+        self._tee = stderr_tee.StderrTee(self._on_line, whole_lines=fatal) if self._regex is not None else None
 
     @property
     def watching(self) -> bool:
@@ -107,6 +105,10 @@ class FallbackWatch:
                 self._first_fatal = entry
                 _raise_in_thread(self._main, HostFallbackStop)
         return entry
+
+    def _on_line(self, line: str) -> bool:
+        """The tee's callback: count the line; True keeps the announcement a fatal run stops for off stderr."""
+        return self.feed(line) is not None and self.fatal
 
     def fallbacks(self) -> list[Fallback]:
         """Every operator seen, most announcements first."""
@@ -159,11 +161,11 @@ class FallbackWatch:
             "operators the device supports, or run without --no-cpu-fallback to count them all"
         )
 
-    # --- the tee on file descriptor 2 -------------------------------------------------------------
+    # --- watching ------------------------------------------------------------------------------
 
     def __enter__(self) -> FallbackWatch:
-        if self.watching:
-            self._start()
+        if self._tee is not None:
+            self._tee.start()
         return self
 
     def __exit__(
@@ -179,16 +181,6 @@ class FallbackWatch:
             raise RunFailed(self.fatal_message()) from None
         return False
 
-    def _start(self) -> None:
-        _flush_stderr()
-        self._saved_fd = os.dup(2)
-        read_fd, self._write_fd = os.pipe()
-        os.dup2(self._write_fd, 2)
-        thread = threading.Thread(
-            target=self._pump, args=(read_fd, self._saved_fd), name="vtools-fallback-watch", daemon=True
-        )
-        thread.start()
-
     def close(self) -> None:
         """Stop counting: file descriptor 2 is the original again and every line written before is counted.
         Idempotent. (Loader workers forked meanwhile still write through the tee; it forwards until they
@@ -197,116 +189,8 @@ class FallbackWatch:
             self._closed = True
         if self.fatal:
             _raise_in_thread(self._main, None)  # cancel a HostFallbackStop not delivered yet
-        if self._saved_fd is None or self._restored:
-            return
-        _flush_stderr()
-        os.dup2(self._saved_fd, 2)
-        self._restored = True
-        os.write(self._write_fd, _SENTINEL)
-        os.close(self._write_fd)
-        self._drained.wait(timeout=30)
-
-    def _pump(self, read_fd: int, out_fd: int) -> None:
-        """Forward what arrives on the pipe to the original descriptor and count its lines until the
-        sentinel; then only forward, until every writer has closed the pipe. Bytes go out as they come
-        (little is lost if the process dies), except under ``fatal``: there a line is held until it is
-        complete (or 0.1 s passed) so that the announcement the run stops for is not printed as well as
-        the run's one-line error."""
-        pending = b""  # read, not yet past the sentinel check
-        line = b""  # the current line, for matching
-        sent = 0  # how much of ``line`` has been forwarded
-        counting = True
-        out: int | None = out_fd
-
-        def forward(data: bytes) -> None:
-            nonlocal out
-            if out is not None and data and not _write_all(out, data):
-                out = None  # the original stderr is gone: keep draining, never block the writers
-
-        def take(data: bytes) -> None:
-            nonlocal line, sent
-            if not counting:
-                forward(data)
-                return
-            line += data
-            while (cut := line.find(b"\n")) >= 0:
-                complete, line = line[: cut + 1], line[cut + 1 :]
-                entry = self.feed(complete.decode("utf-8", "replace"))
-                if not (self.fatal and entry is not None):
-                    forward(complete[sent:])
-                sent = 0
-            if not self.fatal or len(line) > _MAX_LINE:
-                forward(line[sent:])
-                sent = len(line)
-            if len(line) > _MAX_LINE:
-                line, sent = b"", 0
-
-        while True:
-            if counting and self.fatal and sent < len(line):
-                ready, _, _ = select.select([read_fd], [], [], 0.1)
-                if not ready:  # a partial line that stays partial: show it
-                    forward(line[sent:])
-                    sent = len(line)
-                    continue
-            try:
-                chunk = os.read(read_fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            if not counting:
-                forward(chunk)
-                continue
-            pending += chunk
-            end = pending.find(_SENTINEL)
-            if end >= 0:
-                take(pending[:end])
-                if line:
-                    self.feed(line.decode("utf-8", "replace"))
-                    forward(line[sent:])
-                counting = False
-                self._drained.set()
-                forward(pending[end + len(_SENTINEL) :])
-                pending = b""
-                continue
-            keep = _sentinel_prefix(pending)
-            take(pending[: len(pending) - keep])
-            pending = pending[len(pending) - keep :]
-        take(pending)
-        if counting and line:
-            forward(line[sent:])
-        self._drained.set()
-        for fd in (read_fd, out_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def _sentinel_prefix(data: bytes) -> int:
-    """Length of the longest end of ``data`` that begins the sentinel (kept back until more arrives)."""
-    for size in range(min(len(_SENTINEL) - 1, len(data)), 0, -1):
-        if data.endswith(_SENTINEL[:size]):
-            return size
-    return 0
-
-
-def _write_all(fd: int, data: bytes) -> bool:
-    """Write everything; False when the descriptor is gone (the rest is then dropped, never blocked on)."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except OSError:
-            return False
-    return True
-
-
-def _flush_stderr() -> None:
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
+        if self._tee is not None:
+            self._tee.close()
 
 
 def _raise_in_thread(thread_id: int | None, exc_type: type[BaseException] | None) -> None:
@@ -322,11 +206,11 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 def _internal(frame: FrameType) -> bool:
-    """Frames that are not "where the run was": torch's own, this module's, threading's, and those of
-    modules that hide themselves from tracebacks (``__tracebackhide__``, pytest's convention)."""
+    """Frames that are not "where the run was": torch's own, this module's, the tee's, threading's, and those
+    of modules that hide themselves from tracebacks (``__tracebackhide__``, pytest's convention)."""
     filename = frame.f_code.co_filename
     return (
-        filename in (__file__, threading.__file__)
+        filename in (__file__, stderr_tee.__file__, threading.__file__)
         or filename.startswith(_TORCH_DIR)
         or bool(frame.f_globals.get("__tracebackhide__"))
     )

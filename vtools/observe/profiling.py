@@ -12,9 +12,11 @@ profiled with that one instead, which writes its own trace folder.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -23,6 +25,33 @@ from vtools.runtime import device as dev
 
 WARMUP_STEPS = 2
 TOP_OPERATORS = 12
+
+
+def backend_profiler(device: torch.device) -> tuple[ModuleType, list[Any]] | None:
+    """The device's own profiler module (Ascend's, on npu) and its activities, when the table
+    names one and it imports; None means torch.profiler."""
+    name = dev.kind_of(device.type).profiler_module
+    if name is None:
+        return None
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None
+    activity = module.ProfilerActivity
+    return module, [activity.CPU, getattr(activity, device.type.upper())]
+
+
+def profiler_activities(device: torch.device) -> list[Any]:
+    """torch.profiler activities for ``device``: the host's, plus the device's own from the table when this
+    torch build can record them."""
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    name = dev.kind_of(device.type).profiler_activity
+    activity = getattr(ProfilerActivity, name, None) if name else None
+    if activity is not None and activity in torch.profiler.supported_activities():
+        activities.append(activity)
+    return activities
 
 
 class StepProfiler:
@@ -46,8 +75,8 @@ class StepProfiler:
 
     def profile(self, batches: Iterable[Any]) -> Iterator[Any]:
         os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # Kineto's start-up chatter stays off the console
-        own = dev.backend_profiler(self.device)
-        module, activities = own if own is not None else (torch.profiler, dev.profiler_activities(self.device))
+        own = backend_profiler(self.device)
+        module, activities = own if own is not None else (torch.profiler, profiler_activities(self.device))
         ready = self._report if own is None else self._backend_handler(module)
         recorder = module.profile(
             activities=activities,
@@ -106,7 +135,7 @@ class StepProfiler:
         self.trace.parent.mkdir(parents=True, exist_ok=True)
         recorder.export_chrome_trace(str(self.trace))
         averages = recorder.key_averages()
-        if len(dev.profiler_activities(self.device)) > 1:
+        if len(profiler_activities(self.device)) > 1:
             print(f"top operators by {self.device.type} time:")
             print(averages.table(sort_by="self_device_time_total", row_limit=TOP_OPERATORS))
         print("top operators by host time:")

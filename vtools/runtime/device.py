@@ -1,173 +1,33 @@
 """One code path for every device: cpu, cuda, npu, xpu, mps and out-of-tree backends.
 
-This is the only module in vtools that may name ``torch.cuda``, ``torch.npu``
-or ``torch_npu``. Everything device-specific is data in :data:`DEVICE_KINDS`
-(which package provides a device type, which collective backend it uses,
-which environment variable hides devices); everything else talks to the
-device through ``torch.get_device_module(type)``, the per-type module every
-backend registers, so adding a device means adding a row, not a branch.
+This module and the device table it operates on (vtools/runtime/device_kinds.py) are the only ones in
+vtools that may name ``torch.cuda``, ``torch.npu`` or ``torch_npu``. Everything device-specific is data
+in :data:`DEVICE_KINDS` (which package provides a device type, which collective backend it uses, which
+environment variable hides devices, whether it is the host); everything else talks to the device through
+``torch.get_device_module(type)``, the per-type module every backend registers, so adding a device
+means adding a row, not a branch (tests/test_device_spec.py reads this file for branches on a name).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 import random
 import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from vtools.errors import UsageError
+from vtools.runtime.device_kinds import DEVICE_KINDS, DeviceKind, kind_of  # callers reach the table as dev.kind_of
 
-
-@dataclass(frozen=True)
-class DeviceKind:
-    """What vtools needs to know about one device type, as data."""
-
-    type: str
-    package: str | None = None  # module that provides the backend, imported on demand
-    dist_backend: str | None = None  # torch.distributed backend; None -> torch's default map
-    visible_env: str | None = None  # env var that selects visible devices
-    pinned_host_memory: bool = False  # host->device copies benefit from pinned memory
-    channels_last: bool = False  # convolutions run faster in NHWC on this device
-    install_hint: str = ""
-    # speed settings applied when this device type is selected: (attribute path under torch, value)
-    tuning: tuple[tuple[str, Any], ...] = ()
-    # torch.profiler activity that records this device's own work (None: host activity only);
-    # out-of-tree backends record theirs as PrivateUse1
-    profiler_activity: str | None = "PrivateUse1"
-    # the backend's own profiler module (torch.profiler's API, its own trace format), used when importable
-    profiler_module: str | None = None
-    # the model runs on the host's cores (so it, not decoding, gets most of them: vtools/runtime/cpu_budget.py)
-    computes_on_host: bool = False
-    # environment variable through which the backend binds its own threads to cores (then vtools does not)
-    affinity_env: str | None = None
-    # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
-    fused_optimizer: bool = False
-    # preflight (vtools/runtime/preflight.py): visible_env lists integer device ids (not UUIDs)
-    numeric_visible_ids: bool = False
-    # the backend package is released per torch version (X.Y.Z pairs with torch X.Y.Z)
-    pairs_torch_version: bool = False
-    # "module.function" returning the vendor toolkit's version (CANN), where the package has one
-    toolkit_version: str | None = None
-    # performance variables: (name, recommended value, what it does), reported when they differ
-    recommended_env: tuple[tuple[str, str, str], ...] = ()
-    # the device node a process opens to use device N ("/dev/davinci{}"): who else holds ours is a leftover job
-    device_file: str | None = None
-    # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
-    # under torch.<type>
-    runtime_settings: tuple[tuple[str, str, Any], ...] = ()
-    # regular expression for the line the backend prints when it runs an operator on the host instead
-    # (group "op" names it); None: the backend has no such fallback (vtools/observe/fallback.py)
-    host_fallback: str | None = None
-
-
-def _fallback_words(backend: str) -> str:
-    """The words of PyTorch's boxed CPU fallbacks: torch_npu's npu_cpu_fallback ("CAUTION: The operator
-    'aten::x' is not currently supported on the NPU backend and will fall back to run on the CPU. ..."),
-    MPS's and XPU's (the same sentence without "CAUTION: ")."""
-    return rf"The operator '(?P<op>[^']+)' is not currently supported on the {backend} backend and will fall back"
-
-
-DEVICE_KINDS: dict[str, DeviceKind] = {
-    kind.type: kind
-    for kind in (
-        DeviceKind(
-            "cpu",
-            dist_backend="gloo",
-            channels_last=True,
-            profiler_activity=None,
-            computes_on_host=True,
-            fused_optimizer=True,
-        ),
-        DeviceKind(
-            "cuda",
-            dist_backend="nccl",
-            visible_env="CUDA_VISIBLE_DEVICES",
-            pinned_host_memory=True,
-            channels_last=True,
-            install_hint="install a CUDA (or ROCm) build of torch",
-            device_file="/dev/nvidia{}",
-            profiler_activity="CUDA",
-            fused_optimizer=True,
-            # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
-            tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True)),
-        ),
-        DeviceKind(
-            "npu",
-            package="torch_npu",
-            dist_backend="hccl",
-            visible_env="ASCEND_RT_VISIBLE_DEVICES",
-            pinned_host_memory=True,
-            profiler_module="torch_npu.profiler",
-            # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
-            affinity_env="CPU_AFFINITY_CONF",
-            host_fallback=_fallback_words("NPU"),
-            install_hint="install Ascend CANN and the torch_npu release built for this torch "
-            "(torch_npu X.Y.Z requires torch X.Y.Z)",
-            numeric_visible_ids=True,
-            pairs_torch_version=True,
-            device_file="/dev/davinci{}",
-            toolkit_version="torch_npu.utils.get_cann_version",
-            recommended_env=(
-                ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),
-                ("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),
-                ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "less fragmentation when sizes change"),
-                ("HCCL_CONNECT_TIMEOUT", "1200", "seconds ranks wait for each other at start (default 120)"),
-            ),
-            # operators compiled per shape (jit_compile) recompile for minutes whenever a shape changes
-            runtime_settings=(("set_compile_mode", "jit_compile", False),),
-        ),
-        DeviceKind(
-            "xpu",
-            dist_backend="xccl",
-            visible_env="ZE_AFFINITY_MASK",
-            pinned_host_memory=True,
-            channels_last=True,
-            install_hint="install an XPU build of torch",
-            profiler_activity="XPU",
-            host_fallback=_fallback_words("XPU"),
-        ),
-        DeviceKind(
-            "mps",
-            dist_backend="gloo",
-            install_hint="use a macOS arm64 build of torch",
-            profiler_activity=None,
-            host_fallback=_fallback_words("MPS"),
-        ),
-        DeviceKind(
-            "mlu",
-            package="torch_mlu",
-            dist_backend="cncl",
-            visible_env="MLU_VISIBLE_DEVICES",
-            pinned_host_memory=True,
-            install_hint="install Cambricon's torch_mlu for this torch",
-        ),
-        DeviceKind(
-            "hpu",
-            package="habana_frameworks.torch",
-            dist_backend="hccl",
-            visible_env="HABANA_VISIBLE_MODULES",
-            pinned_host_memory=True,
-            install_hint="install Intel Gaudi's habana_frameworks for this torch",
-            profiler_activity="HPU",
-        ),
-    )
-}
+AUTO = "auto"  # --device auto: the available accelerator, else the host
 
 _SPEC = re.compile(r"^(?P<type>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<index>.*))?$")
-
-
-def kind_of(device_type: str) -> DeviceKind:
-    """The table row for a device type; unknown (out-of-tree) types get a neutral row."""
-    return DEVICE_KINDS.get(device_type, DeviceKind(device_type, pinned_host_memory=True))
 
 
 def parse_device_spec(spec: str, flag: str = "--device") -> tuple[str, int | None]:
@@ -181,7 +41,7 @@ def parse_device_spec(spec: str, flag: str = "--device") -> tuple[str, int | Non
         return dtype, None
     if not index.isdigit():
         raise UsageError(f"malformed {flag} {spec!r}: the index must be a non-negative integer")
-    if dtype in ("auto", "cpu") and int(index) != 0:
+    if (dtype == AUTO or kind_of(dtype).host) and int(index) != 0:
         raise UsageError(f"malformed {flag} {spec!r}: {dtype} takes no index")
     return dtype, int(index)
 
@@ -203,7 +63,8 @@ def import_device_modules(modules: Iterable[str]) -> None:
 
 def _registered_types() -> list[str]:
     """Device types this torch can address right now (in-tree plus the PrivateUse1 name)."""
-    names = ["cpu", "cuda", "xpu", "mps", torch._C._get_privateuse1_backend_name()]
+    names = [kind.type for kind in DEVICE_KINDS.values() if kind.package is None]  # torch's own
+    names.append(torch._C._get_privateuse1_backend_name())
     return sorted({n for n in names if n != "privateuseone"})
 
 
@@ -212,7 +73,7 @@ def _is_registered(device_type: str) -> bool:
         torch.device(device_type)
     except RuntimeError:
         return False
-    return device_type == "cpu" or getattr(torch, device_type, None) is not None
+    return kind_of(device_type).host or getattr(torch, device_type, None) is not None
 
 
 def load_backend(device_type: str, flag: str = "--device") -> ModuleType | None:
@@ -222,9 +83,9 @@ def load_backend(device_type: str, flag: str = "--device") -> ModuleType | None:
     (autoload disabled, older torch) the known package is imported here.
     ``flag`` is the option that asked for the device, for the messages.
     """
-    if device_type == "cpu":
-        return None
     kind = kind_of(device_type)
+    if kind.host:
+        return None
     if not _is_registered(device_type) and kind.package:
         try:
             importlib.import_module(kind.package)
@@ -232,7 +93,7 @@ def load_backend(device_type: str, flag: str = "--device") -> ModuleType | None:
             if err.name and kind.package.startswith(err.name):
                 raise UsageError(
                     f"{flag} {device_type} needs the package {kind.package}, which is not installed "
-                    f"(torch {torch.__version__}): {kind.install_hint}{_emulator_hint(device_type, flag)}"
+                    f"(torch {torch.__version__}): {kind.install_hint}{_emulator_hint(kind, flag)}"
                 ) from err
             raise _broken_backend(kind, err) from err
         except Exception as err:  # a backend that fails to initialise raises anything
@@ -246,38 +107,32 @@ def load_backend(device_type: str, flag: str = "--device") -> ModuleType | None:
     return torch.get_device_module(device_type)
 
 
-# the emulated npu of the test suite: only in a source checkout, beside the vtools package
-_EMULATOR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests")
+# a source checkout's tests/ folder, beside the vtools package, where the table's emulators live
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _emulator_hint(device_type: str, flag: str) -> str:
-    """Where the emulated npu exists (a source checkout): how to try the npu code path without an NPU."""
-    if device_type != "npu" or not os.path.isfile(os.path.join(_EMULATOR, "emulated_npu", "__main__.py")):
+def _emulator_hint(kind: DeviceKind, flag: str) -> str:
+    """Where the row's emulator exists (a source checkout): how to try that device's code path without one."""
+    if kind.emulator is None or not os.path.isfile(os.path.join(_CHECKOUT, *kind.emulator.split("."), "__main__.py")):
         return ""
-    root = os.path.dirname(_EMULATOR)
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else ""
     script = script if script and script != "__main__.py" else "<script>"
-    where = "" if os.path.abspath(os.getcwd()) == root else f" from {root}"
+    where = "" if os.path.abspath(os.getcwd()) == _CHECKOUT else f" from {_CHECKOUT}"
     return (
-        f"; no NPU at hand? the emulated npu runs the npu code path on this cpu{where}: "
-        f"python3 -m tests.emulated_npu {script} ... {flag} npu"
+        f"; no {kind.type.upper()} at hand? the emulated {kind.type} runs the {kind.type} code path on this cpu"
+        f"{where}: python3 -m {kind.emulator} {script} ... {flag} {kind.type}"
     )
 
 
 def _broken_backend(kind: DeviceKind, err: BaseException) -> UsageError:
     detail = f"{type(err).__name__}: {err}".splitlines()[0]
-    hint = ""
-    if kind.type == "npu":
-        hint = (
-            " Load CANN first (`source /usr/local/Ascend/ascend-toolkit/set_env.sh`) and check that "
-            f"torch_npu matches torch {torch.__version__}."
-        )
+    hint = f" {kind.load_hint.format(torch=torch.__version__)}" if kind.load_hint else ""
     return UsageError(f"{kind.package} is installed but failed to load ({detail}).{hint}")
 
 
 def device_count(device_type: str) -> int:
     """Number of visible devices of a type (0 when the type is not available)."""
-    if device_type == "cpu":
+    if kind_of(device_type).host:
         return 1
     module = torch.get_device_module(device_type)
     if not module.is_available():
@@ -307,12 +162,12 @@ def resolve_device(spec: str = "auto", device_modules: Iterable[str] = (), flag:
     """
     device_type, index = parse_device_spec(spec, flag)
     import_device_modules(device_modules)
-    if device_type == "auto":
+    if device_type == AUTO:
         device_type = auto_device_type()
-    if device_type == "cpu":
-        return torch.device("cpu")
-    load_backend(device_type, flag)
     kind = kind_of(device_type)
+    if kind.host:
+        return torch.device(device_type)
+    load_backend(device_type, flag)
     count = device_count(device_type)
     if count == 0:
         raise UsageError(
@@ -342,7 +197,7 @@ def apply_tuning(device: torch.device) -> dict[str, Any]:
 
 def device_module(device: torch.device) -> ModuleType | None:
     """``torch.cuda``, ``torch.npu``, ... for an accelerator; None for cpu."""
-    if device.type == "cpu":
+    if kind_of(device.type).host:
         return None
     return getattr(torch, device.type, None)
 
@@ -378,10 +233,8 @@ def peak_memory_bytes(device: torch.device) -> int | None:
 
 def is_bf16_supported(device: torch.device) -> bool:
     """Whether bfloat16 autocast runs natively on this device."""
-    if device.type == "cpu":
+    if kind_of(device.type).native_bf16:
         return True
-    if device.type == "mps":
-        return True  # macOS 14+ builds of torch support bf16 on MPS
     supported = _call(device, "is_bf16_supported", default=None)
     if supported is not None:
         return bool(supported)
@@ -397,7 +250,7 @@ def fused_optimizer(device: torch.device) -> bool:
 
 def pin_memory(device: torch.device) -> bool:
     """Whether loaders should pin host memory for this device."""
-    return device.type != "cpu" and kind_of(device.type).pinned_host_memory
+    return kind_of(device.type).pinned_host_memory
 
 
 def non_blocking(device: torch.device) -> bool:
@@ -419,11 +272,7 @@ def new_stream(device: torch.device) -> Any | None:
 @contextmanager
 def on_stream(device: torch.device, stream: Any | None) -> Iterator[None]:
     """Run the block on ``stream`` (a no-op context where there are no streams)."""
-    if stream is None:
-        with nullcontext():
-            yield
-        return
-    with device_module(device).stream(stream):
+    with device_module(device).stream(stream) if stream is not None else nullcontext():
         yield
 
 
@@ -493,93 +342,6 @@ def dist_backend(device: torch.device, override: str | None = None) -> str:
     return name
 
 
-def describe(device: torch.device) -> dict[str, Any]:
-    """Name and memory of one device, for the environment report."""
-    info: dict[str, Any] = {"device": str(device)}
-    if device.type == "cpu":
-        info["name"] = _cpu_name()
-        return info
-    info["name"] = _call(device, "get_device_name", device, default=device.type)
-    props = _call(device, "get_device_properties", device)
-    total = getattr(props, "total_memory", None)
-    if total is not None:
-        info["memory_gib"] = round(total / 2**30, 1)
-    info["bf16"] = is_bf16_supported(device)
-    return info
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "cpu"
-
-
-def backend_versions() -> dict[str, str]:
-    """Versions of device backends that are loaded (torch_npu, CANN, CUDA, ...)."""
-    versions: dict[str, str] = {}
-    if torch.version.cuda:
-        versions["torch_built_for_cuda"] = torch.version.cuda
-    if getattr(torch.version, "hip", None):
-        versions["torch_built_for_hip"] = torch.version.hip
-    for kind in DEVICE_KINDS.values():
-        if kind.package:
-            status = _package_status(kind.package)
-            if status is not None:
-                versions[kind.package] = status
-    cann = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH")
-    if cann:
-        versions["cann"] = cann
-    return versions
-
-
-def _package_status(package: str) -> str | None:
-    """A backend package's installed version and whether it loads (None: not installed). A package
-    that fails to import is what a bug report needs most, so the import error is part of the answer."""
-    distribution = package.split(".")[0].replace("_", "-")
-    try:
-        version = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        module = sys.modules.get(package)
-        return None if module is None else f"{getattr(module, '__version__', 'unknown')} (loaded)"
-    if package in sys.modules:
-        return f"{version} (loaded)"
-    try:
-        importlib.import_module(package)
-    except Exception as err:  # a broken backend raises anything; report it, do not fail
-        detail = f"{type(err).__name__}: {err}".splitlines()[0]
-        return f"{version} (installed, fails to import: {detail})"
-    return f"{version} (loaded)"
-
-
-def backend_profiler(device: torch.device) -> tuple[ModuleType, list[Any]] | None:
-    """The device's own profiler module (torch_npu.profiler on Ascend) and its activities, when the table
-    names one and it imports; None means torch.profiler."""
-    name = kind_of(device.type).profiler_module
-    if name is None:
-        return None
-    try:
-        module = importlib.import_module(name)
-    except ImportError:
-        return None
-    activity = module.ProfilerActivity
-    return module, [activity.CPU, getattr(activity, device.type.upper())]
-
-
-def profiler_activities(device: torch.device) -> list[Any]:
-    """torch.profiler activities for ``device``: the host's, plus the device's own from the table when this
-    torch build can record them."""
-    from torch.profiler import ProfilerActivity
-
-    activities = [ProfilerActivity.CPU]
-    name = kind_of(device.type).profiler_activity
-    activity = getattr(ProfilerActivity, name, None) if name else None
-    if activity is not None and activity in torch.profiler.supported_activities():
-        activities.append(activity)
-    return activities
+def device_name(device: torch.device) -> str:
+    """The backend's name for an accelerator (its chip); the type's name where the backend gives none."""
+    return str(_call(device, "get_device_name", device, default=device.type))

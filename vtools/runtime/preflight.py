@@ -40,7 +40,8 @@ def before_device(spec: str) -> list[Finding]:
     """What can be checked before the device is resolved: the visible-devices variable and the
     rendezvous port of a launch without torchrun."""
     device_type = spec.split(":")[0].strip().lower()
-    kinds = [dev.kind_of(device_type)] if device_type not in ("auto", "cpu") else list(dev.DEVICE_KINDS.values())
+    every_kind = device_type == dev.AUTO or dev.kind_of(device_type).host
+    kinds = list(dev.DEVICE_KINDS.values()) if every_kind else [dev.kind_of(device_type)]
     findings = [finding for kind in kinds for finding in visible_devices(kind)]
     return findings + rendezvous_port()
 
@@ -48,7 +49,7 @@ def before_device(spec: str) -> list[Finding]:
 def after_device(device: torch.device, spec: str) -> list[Finding]:
     """What needs the resolved device: a cpu that ``auto`` fell back to, the backend's version pairing
     with torch, the chip and its precision, the backend's recommended settings."""
-    if device.type == "cpu":
+    if dev.kind_of(device.type).host:
         return auto_fell_back(spec)
     kind = dev.kind_of(device.type)
     held = leftover_processes(kind, device.index or 0)
@@ -116,11 +117,11 @@ def rendezvous_port() -> list[Finding]:
 def auto_fell_back(spec: str) -> list[Finding]:
     """``--device auto`` chose the cpu although an accelerator's package is installed: that package failed
     to give a device, and the run would train on the cpu at a fraction of the speed without a word."""
-    if spec.strip().lower() != "auto":
+    if spec.strip().lower() != dev.AUTO:
         return []
     for kind in dev.DEVICE_KINDS.values():
         if kind.package and importlib.util.find_spec(kind.package.split(".")[0]) is not None:
-            status = dev.backend_versions().get(kind.package, "installed")
+            status = package_status(kind.package) or "installed"
             return [
                 Finding(
                     "error",
@@ -196,7 +197,7 @@ def backend_version(kind: dev.DeviceKind) -> list[Finding]:
 
 def chip(device: torch.device) -> list[Finding]:
     """The chip and its mixed precision: bfloat16, or float16 with a GradScaler where it has none."""
-    name = dev.describe(device).get("name", device.type)
+    name = dev.device_name(device)
     precision = "bfloat16" if dev.is_bf16_supported(device) else "no bfloat16: --amp uses float16 with a GradScaler"
     return [Finding("note", f"{device}: {name}, {precision}")]
 
@@ -225,6 +226,25 @@ def apply_settings(device: torch.device) -> list[str]:
             setter(**{keyword: value})
             applied.append(f"{device.type}.{function}({keyword}={value})")
     return applied
+
+
+def package_status(package: str) -> str | None:
+    """A backend package's installed version and whether it loads (None: not installed). A package
+    that fails to import is what a bug report needs most, so the import error is part of the answer."""
+    distribution = package.split(".")[0].replace("_", "-")
+    try:
+        version = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        module = sys.modules.get(package)
+        return None if module is None else f"{getattr(module, '__version__', 'unknown')} (loaded)"
+    if package in sys.modules:
+        return f"{version} (loaded)"
+    try:
+        importlib.import_module(package)
+    except Exception as err:  # a broken backend raises anything; report it, do not fail
+        detail = f"{type(err).__name__}: {err}".splitlines()[0]
+        return f"{version} (installed, fails to import: {detail})"
+    return f"{version} (loaded)"
 
 
 def _package_version(package: str) -> str | None:

@@ -1,0 +1,181 @@
+"""The device table: what vtools needs to know about each device type, as data.
+
+One row per device type (:data:`DEVICE_KINDS`): which package provides it, which collective backend and
+visible-devices variable it uses, its speed settings, profiler, host-fallback wording, and the hints its
+error messages give. vtools/runtime/device.py operates on devices through these rows and
+``torch.get_device_module``, so adding a device means adding a row here, not a branch anywhere.
+Like device.py, this module may name ``torch_npu`` (tests/test_source_tree.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """What vtools needs to know about one device type, as data."""
+
+    type: str
+    package: str | None = None  # module that provides the backend, imported on demand
+    dist_backend: str | None = None  # torch.distributed backend; None -> torch's default map
+    visible_env: str | None = None  # env var that selects visible devices
+    pinned_host_memory: bool = False  # host->device copies benefit from pinned memory
+    channels_last: bool = False  # convolutions run faster in NHWC on this device
+    install_hint: str = ""
+    # speed settings applied when this device type is selected: (attribute path under torch, value)
+    tuning: tuple[tuple[str, Any], ...] = ()
+    # torch.profiler activity that records this device's own work (None: host activity only);
+    # out-of-tree backends record theirs as PrivateUse1
+    profiler_activity: str | None = "PrivateUse1"
+    # the backend's own profiler module (torch.profiler's API, its own trace format), used when importable
+    profiler_module: str | None = None
+    # the model runs on the host's cores (so it, not decoding, gets most of them: vtools/runtime/cpu_budget.py)
+    computes_on_host: bool = False
+    # environment variable through which the backend binds its own threads to cores (then vtools does not)
+    affinity_env: str | None = None
+    # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
+    fused_optimizer: bool = False
+    # preflight (vtools/runtime/preflight.py): visible_env lists integer device ids (not UUIDs)
+    numeric_visible_ids: bool = False
+    # the backend package is released per torch version (X.Y.Z pairs with torch X.Y.Z)
+    pairs_torch_version: bool = False
+    # "module.function" returning the vendor toolkit's version (CANN), where the package has one
+    toolkit_version: str | None = None
+    # performance variables: (name, recommended value, what it does), reported when they differ
+    recommended_env: tuple[tuple[str, str, str], ...] = ()
+    # the device node a process opens to use device N ("/dev/davinci{}"): who else holds ours is a leftover job
+    device_file: str | None = None
+    # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
+    # under torch.<type>
+    runtime_settings: tuple[tuple[str, str, Any], ...] = ()
+    # regular expression for the line the backend prints when it runs an operator on the host instead
+    # (group "op" names it); None: the backend has no such fallback (vtools/observe/fallback.py)
+    host_fallback: str | None = None
+    # the type is the host itself (cpu): nothing to load, one device without an index, no torch.<type> module
+    host: bool = False
+    # bfloat16 autocast runs natively on every device of this type, without asking the backend
+    native_bf16: bool = False
+    # a source checkout's emulator of this type (a module under tests/), suggested when the package is missing
+    emulator: str | None = None
+    # what to check when the package is installed but fails to load ("{torch}": torch's version)
+    load_hint: str = ""
+    # torch.version attributes that name the toolkit this torch was built for, reported as torch_built_for_<name>
+    torch_build: tuple[str, ...] = ()
+    # the vendor toolkit's name in the environment report, and the variables that point at its installation
+    toolkit: str = ""
+    toolkit_home_env: tuple[str, ...] = ()
+
+    def environment_variables(self) -> tuple[str, ...]:
+        """Every environment variable this row names, for the environment report."""
+        names = (self.visible_env, *self.toolkit_home_env, self.affinity_env, *(n for n, _, _ in self.recommended_env))
+        return tuple(dict.fromkeys(name for name in names if name))
+
+
+def _fallback_words(backend: str) -> str:
+    """The words of PyTorch's boxed CPU fallbacks: torch_npu's npu_cpu_fallback ("CAUTION: The operator
+    'aten::x' is not currently supported on the NPU backend and will fall back to run on the CPU. ..."),
+    MPS's and XPU's (the same sentence without "CAUTION: ")."""
+    return rf"The operator '(?P<op>[^']+)' is not currently supported on the {backend} backend and will fall back"
+
+
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    kind.type: kind
+    for kind in (
+        DeviceKind(
+            "cpu",
+            host=True,
+            native_bf16=True,
+            dist_backend="gloo",
+            channels_last=True,
+            profiler_activity=None,
+            computes_on_host=True,
+            fused_optimizer=True,
+        ),
+        DeviceKind(
+            "cuda",
+            dist_backend="nccl",
+            visible_env="CUDA_VISIBLE_DEVICES",
+            pinned_host_memory=True,
+            channels_last=True,
+            install_hint="install a CUDA (or ROCm) build of torch",
+            device_file="/dev/nvidia{}",
+            profiler_activity="CUDA",
+            fused_optimizer=True,
+            torch_build=("cuda", "hip"),
+            # what timm's train.py turns on for CUDA: TF32 matmuls and cuDNN autotuning
+            tuning=(("backends.cuda.matmul.allow_tf32", True), ("backends.cudnn.benchmark", True)),
+        ),
+        DeviceKind(
+            "npu",
+            package="torch_npu",
+            dist_backend="hccl",
+            visible_env="ASCEND_RT_VISIBLE_DEVICES",
+            pinned_host_memory=True,
+            profiler_module="torch_npu.profiler",
+            # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
+            affinity_env="CPU_AFFINITY_CONF",
+            host_fallback=_fallback_words("NPU"),
+            install_hint="install Ascend CANN and the torch_npu release built for this torch "
+            "(torch_npu X.Y.Z requires torch X.Y.Z)",
+            emulator="tests.emulated_npu",
+            load_hint="Load CANN first (`source /usr/local/Ascend/ascend-toolkit/set_env.sh`) and check that "
+            "torch_npu matches torch {torch}.",
+            toolkit="cann",
+            toolkit_home_env=("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"),
+            numeric_visible_ids=True,
+            pairs_torch_version=True,
+            device_file="/dev/davinci{}",
+            toolkit_version="torch_npu.utils.get_cann_version",
+            recommended_env=(
+                ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),
+                ("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),
+                ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "less fragmentation when sizes change"),
+                ("HCCL_CONNECT_TIMEOUT", "1200", "seconds ranks wait for each other at start (default 120)"),
+            ),
+            # operators compiled per shape (jit_compile) recompile for minutes whenever a shape changes
+            runtime_settings=(("set_compile_mode", "jit_compile", False),),
+        ),
+        DeviceKind(
+            "xpu",
+            dist_backend="xccl",
+            visible_env="ZE_AFFINITY_MASK",
+            pinned_host_memory=True,
+            channels_last=True,
+            install_hint="install an XPU build of torch",
+            profiler_activity="XPU",
+            host_fallback=_fallback_words("XPU"),
+        ),
+        DeviceKind(
+            "mps",
+            native_bf16=True,  # macOS 14+ builds of torch support bf16 on MPS
+            dist_backend="gloo",
+            install_hint="use a macOS arm64 build of torch",
+            profiler_activity=None,
+            host_fallback=_fallback_words("MPS"),
+        ),
+        DeviceKind(
+            "mlu",
+            package="torch_mlu",
+            dist_backend="cncl",
+            visible_env="MLU_VISIBLE_DEVICES",
+            pinned_host_memory=True,
+            install_hint="install Cambricon's torch_mlu for this torch",
+        ),
+        DeviceKind(
+            "hpu",
+            package="habana_frameworks.torch",
+            dist_backend="hccl",
+            visible_env="HABANA_VISIBLE_MODULES",
+            pinned_host_memory=True,
+            install_hint="install Intel Gaudi's habana_frameworks for this torch",
+            profiler_activity="HPU",
+        ),
+    )
+}
+
+
+def kind_of(device_type: str) -> DeviceKind:
+    """The table row for a device type; unknown (out-of-tree) types get a neutral row."""
+    return DEVICE_KINDS.get(device_type, DeviceKind(device_type, pinned_host_memory=True))
