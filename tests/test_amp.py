@@ -72,7 +72,8 @@ def test_npu_without_bf16_chooses_fp16_and_scaler() -> None:
 @pytest.mark.npu_only(reason="an Ascend 910A without bf16 is an npu situation")
 def test_cli_explicit_bf16_on_bf16less_npu_is_one_line() -> None:
     proc = run_script(
-        ["train.py", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"], env={"VTOOLS_EMU_NPU_NO_BF16": "1"}
+        ["train.py", "--data-dir", "data/fashion-mnist-mini", *device_flags("npu"), "--amp", "--amp-dtype", "bfloat16"],
+        env={"VTOOLS_EMU_NPU_NO_BF16": "1"},
     )
     assert_usage_error(proc, "does not support bfloat16")
     assert REPO.joinpath("train.py").exists()

@@ -140,7 +140,7 @@ def test_whole_training_transforms_run(aa: str, channels: int) -> None:
     string, on colour and grayscale (--in-chans 1) input: 3000 images (the DeiT string reaches the posterize
     edge in 2 to 5 of them), each a uint8 tensor of the model's shape. The builder registers the ops itself
     (this test asks for no fixture that does)."""
-    from vtools.train.options import build_parser
+    from vtools.cli.train_flags import build_parser
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--aa", aa])
@@ -159,7 +159,7 @@ def test_whole_training_transforms_run(aa: str, channels: int) -> None:
 def test_building_the_training_transform_registers_the_ops(timm_as_shipped: None) -> None:
     """In a process that never registered, build_train_transform puts the wrapped ops in timm's table before
     it builds (each op keeps the function it found), and the transform pickles, for spawned workers."""
-    from vtools.train.options import build_parser
+    from vtools.cli.train_flags import build_parser
     from vtools.train.recipe import build_train_transform
 
     assert not isinstance(auto_augment.NAME_TO_OP["PosterizeIncreasing"], augment_ops.FillMatched)

@@ -143,8 +143,8 @@ def test_the_deit_recipe_trains_200_steps_on_the_installed_pillow(tmp_path: Path
 
 def _parsed(tmp_path: Path, text: str, *argv: str):
     from vtools.cli.config import parse_with_config
+    from vtools.cli.train_flags import check_train_args
     from vtools.commands import train
-    from vtools.train.options import check_train_args
 
     (tmp_path / "run.yaml").write_text(text, encoding="utf-8")
     args = parse_with_config(train.build_parser(), ["-c", str(tmp_path / "run.yaml"), *argv])

@@ -14,12 +14,12 @@ import torch
 from timm.optim import create_optimizer_v2
 
 from tests.conftest import REPO, run_script
+from vtools.cli.train_flags import build_parser
 from vtools.data.datasets import ImageFiles
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.runtime.device import fused_optimizer
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager
-from vtools.train.options import build_parser
 from vtools.train.recipe import build_optimizer, load_optimizer_state
 
 

@@ -596,6 +596,14 @@ YAML_TYPES = [  # data-dir, then the line; the config alone on the command line
     ("yaml-not-yaml", "epochs: [", "is not valid YAML"),
 ]
 
+# What each script reads, for rows about something else: the command line is checked before the device,
+# so a row without its input would stop at "give the data folder"
+DATA_OF = {
+    "train.py": ["--data-dir", "{data}"],
+    "validate.py": ["{data}/val"],
+    "inference.py": ["{data}/val", "--model", "test_resnet"],
+}
+
 ROWS = [
     # ------------------------------------------------ flag values, before any model is built
     *[
@@ -1273,7 +1281,7 @@ ROWS = [
     *[
         Row(
             f"{script.removesuffix('.py')}-malformed-device",
-            [script, "--device", "npu:x"],
+            [script, *DATA_OF[script], "--device", "npu:x"],
             2,
             ["malformed --device 'npu:x'"],
             cpu_only=DEVICE_SITUATION,
@@ -1289,14 +1297,14 @@ ROWS = [
     ),
     Row(
         "unknown-device-type",
-        ["inference.py", "--device", "quantum"],
+        ["inference.py", *DATA_OF["inference.py"], "--device", "quantum"],
         2,
         ["unknown device type 'quantum'"],
         cpu_only=DEVICE_SITUATION,
     ),
     Row(
         "backend-not-installed",
-        ["train.py", "--device", "npu"],
+        ["train.py", *DATA_OF["train.py"], "--device", "npu"],
         2,
         ["needs the package torch_npu, which is not installed", "torch"],
         cpu_only=DEVICE_SITUATION,
@@ -1314,7 +1322,7 @@ ROWS = [
     *[
         Row(
             f"{script.removesuffix('.py')}-backend-breaks-import-torch",
-            [script, "--device", "cpu"],
+            [script, *DATA_OF[script], "--device", "cpu"],
             2,
             ["Failed to load the backend extension", "TORCH_DEVICE_BACKEND_AUTOLOAD=0", "set_env.sh", "libhccl.so"],
             setup=broken_autoload_backend,
@@ -1334,7 +1342,7 @@ ROWS = [
     ),
     Row(
         "device-index-out-of-range-names-visibility",
-        ["inference.py", "--device", "npu:3", "--device-modules", EMULATED_NPU_MODULE],
+        ["inference.py", *DATA_OF["inference.py"], "--device", "npu:3", "--device-modules", EMULATED_NPU_MODULE],
         2,
         ["npu:3 requested, 2 visible; ASCEND_RT_VISIBLE_DEVICES=4,5"],
         env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"},
@@ -1342,7 +1350,7 @@ ROWS = [
     ),
     Row(
         "unimportable-device-module",
-        ["train.py", "--device", "npu", "--device-modules", "no_such_mod"],
+        ["train.py", *DATA_OF["train.py"], "--device", "npu", "--device-modules", "no_such_mod"],
         2,
         ["--device-modules: cannot import 'no_such_mod'"],
         cpu_only=DEVICE_SITUATION,

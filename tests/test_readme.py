@@ -160,7 +160,7 @@ def _parse(command: str, argv: list[str]) -> bool:
     from vtools.cli.config import parse_with_config
 
     if command == "train":
-        from vtools.train.options import build_parser
+        from vtools.cli.train_flags import build_parser
 
         config = next((argv[i + 1] for i, word in enumerate(argv[:-1]) if word in ("-c", "--config")), None)
         if config is not None and not (REPO / config).is_file():

@@ -17,6 +17,7 @@ import pytest
 import torch
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
+from vtools.cli.train_flags import build_parser
 from vtools.data.loaders import Batch
 from vtools.errors import RunFailed, UsageError
 from vtools.runtime.amp import resolve_amp
@@ -25,7 +26,6 @@ from vtools.train import recipe
 from vtools.train.assemble import build_components
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, host_copy, load_training_state
 from vtools.train.loop import TrainComponents, train_one_epoch
-from vtools.train.options import build_parser
 from vtools.train.resume import Position, restore, start_at_epoch, training_state
 
 FEATURES, CLASSES, BATCH, STEPS = 6, 3, 4, 4

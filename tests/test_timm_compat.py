@@ -27,8 +27,8 @@ from vtools.errors import UsageError
 
 
 def our_parser(script: str) -> argparse.ArgumentParser:
+    from vtools.cli.train_flags import build_parser
     from vtools.commands import infer, validate
-    from vtools.train.options import build_parser
 
     return {"train.py": build_parser, "validate.py": validate.build_parser, "inference.py": infer.build_parser}[
         script

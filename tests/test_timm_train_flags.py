@@ -32,13 +32,13 @@ from tests.conftest import (
     weights,
     write_model_folder,
 )
+from vtools.cli.train_flags import build_parser
 from vtools.data.sampling import EpochSampler, sample_seed
 from vtools.errors import UsageError
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_distillation, build_model
 from vtools.train.loop import TrainComponents
-from vtools.train.options import build_parser
 
 
 def train_flags(*argv: str) -> argparse.Namespace:
@@ -183,7 +183,7 @@ BN_CASES = [  # --dist-bn, --sync-bn, expected running mean and var (None: each 
 
 
 def _share_bn(rank: int, port: int, out: str) -> None:
-    from vtools.commands.train import share_batchnorm_statistics
+    from vtools.train.run import share_batchnorm_statistics
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -194,8 +194,7 @@ def _share_bn(rank: int, port: int, out: str) -> None:
             model[1].running_var.fill_(float(3 * rank + 1))
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             parts = TrainComponents(model, optimizer, torch.nn.Identity(), None, torch.device("cpu"))
-            args = argparse.Namespace(dist_bn=mode, sync_bn=sync_bn, model_ema_force_cpu=False)
-            share_batchnorm_statistics(parts, args, DistInfo(rank, 2))
+            share_batchnorm_statistics(parts, DistInfo(rank, 2), mode, sync_bn, ema_force_cpu=False)
             state = {k: v for k, v in model.state_dict().items() if "running" in k}
             torch.save(state, f"{out}-{case}-{rank}.pt")
     finally:

@@ -75,8 +75,9 @@ def measure_loader(mode: str, split: str, args: argparse.Namespace) -> dict[str,
 def _vtools_batches(split: str, args: argparse.Namespace, model: Any, device: Any, workers: int) -> Any:
     """train.py's loaders, from train.py's parser with timm's default augmentation."""
     from vtools.bench.plain_loop import epochs_of
+    from vtools.cli import train_flags
     from vtools.runtime.distributed import DistInfo
-    from vtools.train import assemble, options
+    from vtools.train import assemble
 
     augmentation = TIMM_TRAIN_AUGMENTATION
     flags = [
@@ -97,7 +98,7 @@ def _vtools_batches(split: str, args: argparse.Namespace, model: Any, device: An
         "--train-interpolation",
         augmentation["interpolation"],
     ]
-    train_args = options.build_parser().parse_args(flags)
+    train_args = train_flags.build_parser().parse_args(flags)
     train_args.data_dir = train_args.data
     train_source, val_source, _ = assemble.build_datasets(train_args)
     loaders = assemble.build_loaders(

@@ -166,8 +166,9 @@ def _train_loop(
     workers: int,
 ) -> None:
     """train.py's own loaders and components (optimizer, schedule, loss, AMP) and its train_one_epoch."""
+    from vtools.cli import train_flags
     from vtools.runtime.distributed import DistInfo
-    from vtools.train import assemble, options
+    from vtools.train import assemble
     from vtools.train.loop import train_one_epoch
 
     flags = [
@@ -180,7 +181,7 @@ def _train_loop(
         "0",
         "--channels-last" if args.channels_last else "--no-channels-last",
     ]
-    train_args = options.build_parser().parse_args(flags)
+    train_args = train_flags.build_parser().parse_args(flags)
     train_args.data_dir = train_args.data or train_args.data_dir
     train_source, val_source, classes = assemble.build_datasets(train_args)
     loaders = assemble.build_loaders(train_args, model, train_source, val_source, device, DistInfo(), workers)

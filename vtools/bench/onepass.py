@@ -64,18 +64,19 @@ def _model_seconds(args: argparse.Namespace, channels_last: bool, steps: int, va
     ``val_batches``."""
     import timm
 
+    from vtools.cli import train_flags
     from vtools.evaluation.loops import evaluate
     from vtools.runtime import device as dev
     from vtools.runtime.amp import resolve_amp
     from vtools.runtime.cpu_budget import setup_cpu_budget
     from vtools.runtime.distributed import DistInfo
-    from vtools.train import assemble, options
+    from vtools.train import assemble
     from vtools.train.loop import train_one_epoch
 
     device = dev.resolve_device(args.device, args.device_modules or ())
     setup_cpu_budget(device, args.workers)
     amp = resolve_amp(device, False, "auto")
-    train_args = options.build_parser().parse_args(
+    train_args = train_flags.build_parser().parse_args(
         [args.data, *ONEPASS_FLAGS, "--model", args.model, "--channels-last" if channels_last else "--no-channels-last"]
     )
     train_args.data_dir = train_args.data

@@ -206,17 +206,22 @@ def yaml_defaults(parser: argparse.ArgumentParser, data: dict[str, Any], source:
 def _one_data_folder(values: dict[str, Any]) -> dict[str, Any]:
     """timm's train.py reads ``data_dir``, and the positional ``data`` only without it. A file's folder (its
     data_dir, else its data) becomes the positional's default, so that the command line's DIR or --data-dir
-    overrides the file, and --data-dir wins over DIR there too (vtools.train.options.check_train_args)."""
+    overrides the file, and --data-dir wins over DIR there too (vtools.cli.train_flags.check_train_args)."""
     folder = values.get("data_dir") or values.get("data")
     if folder:
         values.update(data=folder, data_dir=None)
     return values
 
 
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    """``-c/--config``: the YAML run file that :func:`parse_with_config` reads first."""
+    parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
+
+
 def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Parse flags over a ``-c/--config`` YAML file over the parser's defaults."""
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("-c", "--config", default="")
+    add_config_flag(pre)
     known, _ = pre.parse_known_args(argv)
     if known.config:
         parser.set_defaults(**yaml_defaults(parser, read_yaml(known.config), known.config))

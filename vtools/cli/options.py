@@ -1,18 +1,25 @@
-"""Command-line options that the scripts share, with timm's flag names, defaults and meanings."""
+"""Command-line options that the scripts share, with timm's flag names, defaults and meanings.
+
+Each flag is added in one function here or in its script's flags module (vtools/cli/*_flags.py); where
+timm's scripts give a shared flag a different default or help, the function takes it as an argument.
+Nothing here imports torch (vtools/cli/flag_values.py says why).
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-import torch
-from timm.utils import ParseKwargs
+from vtools.cli.flag_values import (
+    AMP_DTYPE_CHOICES,
+    INTERPOLATIONS,
+    ON_BAD_IMAGE_CHOICES,
+    KeyValuePairs,
+    interpolation_name,
+    model_dtype_name,
+)
+from vtools.cli.timm_compat import add_no_op, add_refused
 
-from vtools.cli.timm_compat import add_refused
-from vtools.runtime.amp import AMP_DTYPES
-
-# timm's resize names (timm.data.transforms.str_to_interp_mode), and random: one of them per image
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "box", "hamming", "lanczos", "random")
 WORKERS_HELP = (
     "loader processes (default: from the cpu budget: one per 4 cores on cpu, all cores but one on an "
     "accelerator; at most 8)"
@@ -50,7 +57,7 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
     group.add_argument(
         "--amp-dtype",
         default="auto",
-        choices=AMP_DTYPES,
+        choices=AMP_DTYPE_CHOICES,
         help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
         "with a GradScaler (default: auto)",
     )
@@ -127,7 +134,7 @@ def add_model_args(
         "--model-kwargs",
         nargs="*",
         default={},
-        action=ParseKwargs,
+        action=KeyValuePairs,
         metavar="KEY=VALUE",
         help="extra keyword arguments for timm.create_model",
     )
@@ -199,20 +206,6 @@ def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def interpolation_name(name: str) -> str:
-    """timm's interpolation names (and random, which picks one per image); empty = the model's."""
-    if name not in ("", *INTERPOLATIONS):
-        raise argparse.ArgumentTypeError(f"invalid interpolation {name!r}: use one of {', '.join(INTERPOLATIONS)}")
-    return name
-
-
-def model_dtype_name(name: str) -> str:
-    """A torch floating dtype's name, as timm's --model-dtype takes it."""
-    if not isinstance(getattr(torch, name, None), torch.dtype) or not getattr(torch, name).is_floating_point:
-        raise argparse.ArgumentTypeError(f"invalid dtype {name!r}: use float32, bfloat16 or float16")
-    return name
-
-
 def timm_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """--model-kwargs with the model flags timm passes to create_model alongside them (--gp)."""
     extra = {"global_pool": args.gp} if getattr(args, "gp", None) else {}
@@ -228,19 +221,62 @@ def model_in_chans(args: argparse.Namespace) -> int | None:
 
 
 def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
+    """validate.py's and inference.py's loading group."""
     group = parser.add_argument_group("loading")
-    group.add_argument(
-        "--batch-size", "-b", type=int, default=batch_size, metavar="N", help=f"batch size (default: {batch_size})"
-    )
+    add_batch_size(group, batch_size, f"batch size (default: {batch_size})")
+    add_workers(group)
+    add_on_bad_image(group)
+    group.add_argument("--log-freq", type=int, default=10, metavar="N", help="batches between log lines")
+
+
+def add_batch_size(group: argparse._ArgumentGroup, default: int, help_text: str) -> None:
+    group.add_argument("--batch-size", "-b", type=int, default=default, metavar="N", help=help_text)
+
+
+def add_workers(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--workers", "-j", type=int, default=None, metavar="N", help=WORKERS_HELP)
+
+
+def add_on_bad_image(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--on-bad-image",
         default="error",
-        choices=("error", "skip"),
+        choices=ON_BAD_IMAGE_CHOICES,
         help="an unreadable image stops the run naming the file (error), or is logged and "
         "counted (skip) (default: error)",
     )
-    group.add_argument("--log-freq", type=int, default=10, metavar="N", help="batches between log lines")
+
+
+def add_seed(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--seed", type=int, default=42, metavar="S", help="random seed (default: 42)")
+
+
+def add_loader_no_ops(group: argparse._ArgumentGroup, pin_mem_reason: str, no_prefetcher_reason: str) -> None:
+    """timm's --pin-mem and --no-prefetcher: vtools' loader pins and normalizes on the device on its own."""
+    add_no_op(group, "--pin-mem", action="store_true", default=False, reason=pin_mem_reason)
+    add_no_op(group, "--no-prefetcher", action="store_true", default=False, reason=no_prefetcher_reason)
+
+
+def add_naflex_refusals(
+    group: argparse._ArgumentGroup, reason: str, seq_len_reason: str | None = None, training: bool = False
+) -> None:
+    """timm's NaFlex flags (variable-resolution patch sequences), refused: validate.py takes --naflex-loader
+    and --naflex-max-seq-len (``seq_len_reason``: the latter's own reason), train.py all of them."""
+    add_refused(group, "--naflex-loader", action="store_true", default=False, reason=reason)
+    if training:
+        add_refused(
+            group, "--naflex-train-seq-lens", type=int, nargs="+", default=[128, 256, 576, 784, 1024], reason=reason
+        )
+    add_refused(group, "--naflex-max-seq-len", type=int, default=576, reason=seq_len_reason or reason)
+    if not training:
+        return
+    for flag, spec in {
+        "--naflex-patch-sizes": {"type": int, "nargs": "+", "default": None},
+        "--naflex-patch-size-probs": {"type": float, "nargs": "+", "default": None},
+        "--naflex-loss-scale": {"default": "linear", "choices": ("none", "sqrt", "linear")},
+        "--naflex-patchify-channels-first": {"action": "store_true", "default": False},
+    }.items():
+        add_refused(group, flag, reason=reason, **spec)
 
 
 def preprocess_overrides(args: argparse.Namespace) -> dict:

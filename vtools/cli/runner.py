@@ -1,9 +1,13 @@
-"""Running a command: the torch import guarded, one-line errors, exit codes, and an exit without teardown.
+"""Running a command: parse first, then the guarded torch import, one-line errors, exit codes, and an exit
+without teardown.
 
 Every entry point (``train.py``, ``validate.py``, ``inference.py``, ``vtools COMMAND``) goes through
-:func:`run_command`, so the first thing a command does is the guarded ``import torch``, and every
-failure a user can act on ends as one line with the exit code of the table in docs/training.md. This module
-imports nothing heavy, so it works when torch cannot.
+:func:`run_command`. The three scripts' options are parsed and checked by their flags modules in
+vtools/cli/ before torch, timm or the data libraries are imported (a few seconds on a small machine), so
+``--help``, a mistyped flag and every refusal that reads only the command line answer at once; then comes
+the guarded ``import torch``, and the command runs with the parsed options. Every failure a user can act on
+ends as one line with the exit code of the table in docs/training.md. This module imports nothing heavy,
+so it works when torch cannot.
 """
 
 from __future__ import annotations
@@ -20,16 +24,32 @@ from typing import NoReturn
 from vtools.errors import EXIT_RUN_FAILED, RunFailed, UsageError, fail, is_dead_worker
 from vtools.runtime.torch_import import import_torch
 
+# command -> the torch-free module in vtools/cli whose parse(argv) gives its checked options; the command
+# module's run(options) takes them. The other commands parse in their own main(argv), after the torch import.
+PARSED_FIRST = {
+    "train": "vtools.cli.train_flags",
+    "validate": "vtools.cli.validate_flags",
+    "infer": "vtools.cli.infer_flags",
+}
+
 
 def command_main(name: str) -> Callable[[list[str] | None], int | None]:
-    """The ``main`` of ``vtools.commands.<name>``, imported after torch has been imported safely."""
-    import_torch()
-    return importlib.import_module(f"vtools.commands.{name}").main
+    """``vtools.commands.<name>`` as a function of the command line: its options parsed first where they can
+    be without torch, then torch imported safely, then the command run."""
+
+    def main(argv: list[str] | None) -> int | None:
+        flags = PARSED_FIRST.get(name)
+        options = importlib.import_module(flags).parse(argv) if flags else None
+        import_torch()
+        command = importlib.import_module(f"vtools.commands.{name}")
+        return command.main(argv) if options is None else command.run(options)
+
+    return main
 
 
 def run_command(name: str, argv: list[str] | None = None) -> NoReturn:
-    """Run command ``name`` as a script does: guarded torch import, one-line errors, exit code."""
-    run_cli(lambda args: command_main(name)(args), argv)
+    """Run command ``name`` as a script does: parse, guarded torch import, one-line errors, exit code."""
+    run_cli(command_main(name), argv)
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:

@@ -45,7 +45,12 @@ def add_refused(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.A
 
 def add_no_op(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
     """A timm flag whose every value gives the same results here; ``reason`` says why."""
-    action = group.add_argument(*flags, help=argparse.SUPPRESS, **spec)
+    return mark_no_op(group.add_argument(*flags, **spec), reason)
+
+
+def mark_no_op(action: argparse.Action, reason: str) -> argparse.Action:
+    """Make a flag a no-op (hidden from ``--help``) in one script, where another script acts on it."""
+    action.help = argparse.SUPPRESS
     setattr(action, _NO_OP, reason)
     return action
 

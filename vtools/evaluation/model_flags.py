@@ -1,4 +1,5 @@
-"""Model flags that timm's validate.py and inference.py share, and getting the model ready with them.
+"""Getting a model ready with the evaluation model flags that timm's validate.py and inference.py share
+(declared in vtools/cli/eval_flags.py).
 
 timm's order is kept: create, load weights, --reparam, resolve the data config,
 --test-pool, cast to --model-dtype, memory layout, --torchcompile (with
@@ -12,51 +13,8 @@ from typing import Any
 
 import torch
 
-from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.errors import UsageError
 from vtools.models.prepare import prepare_for_eval
-
-NUM_GPU_REASON = (
-    "wraps the model in DataParallel over several GPUs, which is not supported here: one process runs "
-    "on one device; choose it with --device (e.g. cuda:1, npu:1)"
-)
-AOT_AUTOGRAD_REASON = (
-    "functorch's memory_efficient_fusion (AOT Autograd) is deprecated in torch 2.x and not supported here; "
-    "use --torchcompile"
-)
-INFER_TRAIN_SIZE_REASON = (
-    "timm's inference.py always resolves the model's train input size (never its test size), and so does "
-    "inference.py here"
-)
-
-
-def add_eval_model_args(parser: argparse.ArgumentParser, script: str) -> None:
-    """--use-train-size, --test-pool, --num-gpu, --aot-autograd (``script``: validate or inference)."""
-    group = parser.add_argument_group("timm's evaluation model flags")
-    if script == "validate":
-        group.add_argument(
-            "--use-train-size",
-            action="store_true",
-            default=False,
-            help="use the model's train input size and crop even when its pretrained config has a test size "
-            "(default: the test size, as timm's validate.py)",
-        )
-        group.add_argument(
-            "--reparam",
-            action="store_true",
-            default=False,
-            help="fuse re-parameterizable branches (RepVGG, MobileOne, FastViT...) before validating",
-        )
-    else:
-        add_no_op(group, "--use-train-size", action="store_true", default=False, reason=INFER_TRAIN_SIZE_REASON)
-    group.add_argument(
-        "--test-pool",
-        action="store_true",
-        default=False,
-        help="test-time pooling when the input is larger than the model's pretrained size (crop 1.0 then)",
-    )
-    add_refused(group, "--num-gpu", type=int, default=1, reason=NUM_GPU_REASON)
-    add_refused(group, "--aot-autograd", action="store_true", default=False, reason=AOT_AUTOGRAD_REASON)
 
 
 def check_input_mode(mode: str, data_config: dict[str, Any]) -> None:

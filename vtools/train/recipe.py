@@ -22,6 +22,7 @@ from timm.optim import create_optimizer_v2, get_optimizer_info, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import ModelEmaV3
 
+from vtools.cli.train_flags import mixup_requested
 from vtools.data import augment_ops
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
@@ -85,7 +86,7 @@ def mean_lr(optimizer: torch.optim.Optimizer) -> float:
 
 
 def mixup_enabled(args: argparse.Namespace) -> bool:
-    return args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
+    return mixup_requested(args)  # the rule lives with the flags, which check --batch-size by it before torch
 
 
 def build_mixup(args: argparse.Namespace, num_classes: int) -> Mixup | None:

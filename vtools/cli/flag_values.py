@@ -1,0 +1,65 @@
+"""What the scripts' flags accept: their choices, value types and actions, without importing torch.
+
+The parsers are built before torch, timm or the data libraries are imported (vtools/cli/runner.py), so
+that ``--help`` and a mistyped flag answer at once. The choices below are therefore written out here as
+strings; each names the values of a library constant that acts on them (``vtools.runtime.amp.AMP_DTYPES``
+and the others listed in tests/test_cli_parse_path.py, which keeps each pair equal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from collections.abc import Sequence
+from typing import Any
+
+AMP_DTYPE_CHOICES = ("auto", "bfloat16", "float16")  # vtools.runtime.amp.AMP_DTYPES
+ON_BAD_IMAGE_CHOICES = ("error", "skip")  # vtools.data.decode.ON_BAD_IMAGE
+METRICS_AVERAGE_CHOICES = ("micro", "macro", "weighted")  # vtools.evaluation.metrics.METRICS_AVERAGES
+LABEL_TYPE_CHOICES = ("none", "name", "description", "detail")  # vtools.models.folder.LABEL_TYPES
+CALIBRATION_BINS = 15  # vtools.evaluation.class_report.DEFAULT_BINS
+
+# torch's floating dtypes a model can be cast to and run in (its float8/float4 types hold weights, not run them)
+MODEL_DTYPES = ("float32", "float", "float64", "double", "float16", "half", "bfloat16")
+
+# timm's resize names (timm.data.transforms.str_to_interp_mode), and random: one of them per image
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "box", "hamming", "lanczos", "random")
+
+
+def interpolation_name(name: str) -> str:
+    """timm's interpolation names (and random, which picks one per image); empty = the model's."""
+    if name not in ("", *INTERPOLATIONS):
+        raise argparse.ArgumentTypeError(f"invalid interpolation {name!r}: use one of {', '.join(INTERPOLATIONS)}")
+    return name
+
+
+def model_dtype_name(name: str) -> str:
+    """A torch floating dtype's name, as timm's --model-dtype takes it."""
+    if name not in MODEL_DTYPES:
+        raise argparse.ArgumentTypeError(f"invalid dtype {name!r}: use float32, bfloat16 or float16")
+    return name
+
+
+class KeyValuePairs(argparse.Action):
+    """``KEY=VALUE ...`` into a dict, each value read as a Python literal where it is one (``drop_rate=0.1``
+    is a float) and kept as text otherwise: timm's ``timm.utils.ParseKwargs``, which imports torch."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        pairs: dict[str, Any] = {}
+        for item in values or ():
+            if not item:
+                continue
+            if "=" not in item:
+                raise argparse.ArgumentError(self, f"expected KEY=VALUE, got {item!r}")
+            key, text = item.split("=", 1)
+            try:
+                pairs[key] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                pairs[key] = text
+        setattr(namespace, self.dest, pairs)

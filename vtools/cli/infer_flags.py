@@ -1,0 +1,105 @@
+"""inference.py's flags and the checks that need nothing but them, run before torch is imported."""
+
+from __future__ import annotations
+
+import argparse
+
+from vtools.cli.eval_flags import add_eval_model_args, add_results_file_and_format, add_split
+from vtools.cli.flag_values import LABEL_TYPE_CHOICES
+from vtools.cli.options import (
+    add_data_source_args,
+    add_dataset_args,
+    add_device_args,
+    add_loader_args,
+    add_model_args,
+    add_preprocess_args,
+)
+from vtools.cli.parser import OneLineParser, check_values
+from vtools.errors import UsageError
+
+DESCRIPTION = """Top-k predictions of a timm model for a folder, glob, list file or single image, on any device.
+
+Examples:
+  python inference.py photos/ --model resnet50.a1_in1k --pretrained --topk 5 --label-type description
+  python inference.py data/fashion-mnist-mini/val --model runs/fmnist/model --topk 3 --results-dir out
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_argument_group("data")
+    add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
+    add_dataset_args(group)
+    add_split(group, "inference")
+    add_model_args(parser)
+    add_eval_model_args(parser, "inference")
+    add_preprocess_args(parser)
+    add_loader_args(parser, batch_size=256)
+    add_device_args(parser)
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--topk", type=int, default=1, metavar="K", help="classes per image; 0 = every class (default: 1)"
+    )
+    group.add_argument(
+        "--output-type",
+        default="prob",
+        choices=("prob", "logit"),
+        help="softmax probabilities or raw logits (default: prob)",
+    )
+    group.add_argument(
+        "--label-type",
+        default="description",
+        choices=LABEL_TYPE_CHOICES,
+        help="labels to print: ImageNet synset name, description or detailed description for "
+        "ImageNet models, the stored class names otherwise (default: description)",
+    )
+    group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
+    group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
+    group.add_argument(
+        "--results-dir", default=None, metavar="DIR", help="folder for results files (default: the current folder)"
+    )
+    add_results_file_and_format(group, "inference")
+    group.add_argument(
+        "--no-console-results", action="store_true", default=False, help="do not print the results table"
+    )
+    group.add_argument(
+        "--results-separate-col",
+        action="store_true",
+        default=False,
+        help="one column per rank (index_0, label_0, prob_0, ...) instead of a list per column, when K > 1",
+    )
+    group.add_argument(
+        "--filename-col", default="filename", metavar="NAME", help="file name column (default: filename)"
+    )
+    group.add_argument("--index-col", default="index", metavar="NAME", help="class index column(s) (default: index)")
+    group.add_argument("--label-col", default="label", metavar="NAME", help="label column(s) (default: label)")
+    group.add_argument(
+        "--output-col", default=None, metavar="NAME", help="score column(s) (default: the --output-type, prob or logit)"
+    )
+    group.add_argument(
+        "--exclude-output",
+        action="store_true",
+        default=False,
+        help="leave the scores out: only indices and labels (needs --topk 1 or more)",
+    )
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """inference.py's options, with every check that reads only them done."""
+    args = build_parser().parse_args(argv)
+    check_values(args)
+    check_inference_args(args)
+    return args
+
+
+def check_inference_args(args: argparse.Namespace) -> None:
+    """What to classify, with which model, and how many classes: before any device work."""
+    if not (args.data or args.data_dir):
+        raise UsageError("give the images to classify (SOURCE or --data-dir)")
+    if not args.model:
+        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
+    if args.topk < 0:
+        raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
+    if args.exclude_output and args.topk == 0:
+        raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")
