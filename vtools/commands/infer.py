@@ -13,114 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vtools.cli.options import (
-    add_data_source_args,
-    add_dataset_args,
-    add_device_args,
-    add_loader_args,
-    add_model_args,
-    add_preprocess_args,
-    model_in_chans,
-    preprocess_overrides,
-    timm_model_kwargs,
-)
-from vtools.cli.parser import OneLineParser, check_values
+from vtools.cli.infer_flags import build_parser as build_parser  # inference.py's parser, as tests reach it
+from vtools.cli.infer_flags import parse
 from vtools.data.datasets import FileSamples, refuse_known_bad
-from vtools.data.decode import bad_image_handler
-from vtools.data.loaders import eval_device_loader
-from vtools.data.memory_estimate import LoaderUse, check_host_memory
 from vtools.data.readers.folder import find_image_entries, read_class_map
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.readers.scan import ImageEntries
-from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
+from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.loops import predict
-from vtools.evaluation.model_flags import add_eval_model_args, check_input_mode, ready_for_eval
-from vtools.models.activation_memory import activation_bytes_per_image
-from vtools.models.create import create_model, model_files, model_label
-from vtools.models.folder import LABEL_TYPES, label_lookup
-from vtools.models.prepare import use_channels_last
+from vtools.models.create import model_files, model_label
+from vtools.models.folder import label_lookup
 from vtools.observe.profiling import StepProfiler
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import setup_runtime
+from vtools.runtime.resolve import Runtime, setup_runtime
 
 CONSOLE_ROWS = 50
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    group = parser.add_argument_group("data")
-    add_data_source_args(group, "SOURCE", "a folder (searched recursively), a glob, a .txt file of paths, or one image")
-    add_dataset_args(group)
-    group.add_argument(
-        "--split", default="validation", help="with --dataset: the split to classify (default: validation)"
-    )
-    add_model_args(parser)
-    add_eval_model_args(parser, "inference")
-    add_preprocess_args(parser)
-    add_loader_args(parser, batch_size=256)
-    add_device_args(parser)
-    group = parser.add_argument_group("output")
-    group.add_argument(
-        "--topk", type=int, default=1, metavar="K", help="classes per image; 0 = every class (default: 1)"
-    )
-    group.add_argument(
-        "--output-type",
-        default="prob",
-        choices=("prob", "logit"),
-        help="softmax probabilities or raw logits (default: prob)",
-    )
-    group.add_argument(
-        "--label-type",
-        default="description",
-        choices=LABEL_TYPES,
-        help="labels to print: ImageNet synset name, description or detailed description for "
-        "ImageNet models, the stored class names otherwise (default: description)",
-    )
-    group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
-    group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
-    group.add_argument(
-        "--results-dir", default=None, metavar="DIR", help="folder for results files (default: the current folder)"
-    )
-    group.add_argument(
-        "--results-file",
-        default=None,
-        metavar="NAME",
-        help="results file name (default: <model>-topk<K>); one file per --results-format",
-    )
-    group.add_argument(
-        "--results-format",
-        nargs="+",
-        default=["csv"],
-        choices=RESULT_FORMATS,
-        help="one or more of csv, json, jsonl (default: csv)",
-    )
-    group.add_argument(
-        "--no-console-results", action="store_true", default=False, help="do not print the results table"
-    )
-    group.add_argument(
-        "--results-separate-col",
-        action="store_true",
-        default=False,
-        help="one column per rank (index_0, label_0, prob_0, ...) instead of a list per column, when K > 1",
-    )
-    group.add_argument(
-        "--filename-col", default="filename", metavar="NAME", help="file name column (default: filename)"
-    )
-    group.add_argument("--index-col", default="index", metavar="NAME", help="class index column(s) (default: index)")
-    group.add_argument("--label-col", default="label", metavar="NAME", help="label column(s) (default: label)")
-    group.add_argument(
-        "--output-col", default=None, metavar="NAME", help="score column(s) (default: the --output-type, prob or logit)"
-    )
-    group.add_argument(
-        "--exclude-output",
-        action="store_true",
-        default=False,
-        help="leave the scores out: only indices and labels (needs --topk 1 or more)",
-    )
-    return parser
 
 
 def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
@@ -217,68 +127,43 @@ def _profile_label(args: argparse.Namespace) -> str:
     return f"inference-{model_label(args.model)}"
 
 
+def inference_source(args: argparse.Namespace, root: str) -> Source:
+    """The images to classify: --dataset's split of ``root``, or the image files of SOURCE; under
+    --on-bad-image error, refused first on entries known to be unreadable, before any model is built."""
+    if args.dataset:
+        source = open_source(SourceRequest.for_split(args, root, args.split))
+    else:
+        source = Source(folder_images(root, args.class_map), None, root)
+    refuse_known_bad(source.samples, args.on_bad_image)
+    return source
+
+
+def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
+    """The results rows of every image of ``source``, and the unreadable images skipped."""
+    options = EvalOptions.from_flags(args, use_test_size=False)  # the train size, as timm's inference.py
+    model = EvalModel.load(args.model, args.checkpoint or "", options, runtime)
+    labels = label_lookup(model.module, args.label_type)
+    model.ready(options, runtime)  # --test-pool: crop 1.0
+    skipped: list[str] = []
+    loader = model.loader(source, options, runtime, "inference", skipped)
+    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), _profile_label(args))
+    outputs = list(predict(model.module, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
+    return make_rows(args, source.samples.name, outputs, labels), skipped
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """inference.py: the options parsed and checked (vtools/cli/infer_flags.py, no torch needed), then the run."""
+    return run(parse(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Classify with options that vtools.cli.infer_flags.parse gave (the runner parses before importing torch)."""
     refuse_torchrun("inference.py")
-    check_values(args)
     runtime = setup_runtime(args)
     source = args.data or args.data_dir
-    if not source:
-        raise UsageError("give the images to classify (SOURCE or --data-dir)")
-    if not args.model:
-        raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
-    if args.topk < 0:
-        raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
-    if args.exclude_output and args.topk == 0:
-        raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")
     outputs_to = result_paths(args)
     check_paths(args, source, [path for path, _ in outputs_to])
-    samples = (
-        open_source(
-            SourceRequest(args.dataset, source, args.split, args.dataset_download, args.input_key, args.target_key)
-        ).samples
-        if args.dataset
-        else folder_images(source, args.class_map)
-    )
-    refuse_known_bad(samples, args.on_bad_image)
-    model = create_model(
-        args.model,
-        pretrained=args.pretrained or not args.checkpoint,
-        num_classes=args.num_classes,
-        in_chans=model_in_chans(args),
-        model_kwargs=timm_model_kwargs(args),
-        checkpoint=args.checkpoint or None,
-        use_ema=args.use_ema,
-        device=runtime.device,
-    )
-    labels = label_lookup(model, args.label_type)
-    data_config = data_config_for(model, preprocess_overrides(args))  # the train size, as timm's inference.py
-    channels_last = use_channels_last(args.channels_last, model, runtime.device)
-    check_host_memory(
-        [LoaderUse("inference", data_config, samples)],
-        args.batch_size,
-        runtime.device,
-        runtime.budget.workers,
-        lambda: activation_bytes_per_image(model, data_config["input_size"], training=False),  # before compile
-    )
-    model = ready_for_eval(args, model, data_config, runtime.model_dtype, channels_last)  # --test-pool: crop 1.0
-    mode = image_mode(data_config, args.input_img_mode)
-    check_input_mode(mode, data_config)
-    dataset = Source(samples, None, source).images(eval_transform(data_config), mode)
-    skipped: list[str] = []
-    loader = eval_device_loader(
-        dataset,
-        args.batch_size,
-        runtime.device,
-        runtime.budget.workers,
-        data_config,
-        channels_last,
-        bad_image_handler(args.on_bad_image, skipped),
-        dtype=runtime.model_dtype,
-    )
-    profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), _profile_label(args))
-    outputs = list(predict(model, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
-    rows = make_rows(args, getattr(samples, "name", lambda i: f"{args.dataset}[{i}]"), outputs, labels)
+    rows, skipped = classify(args, inference_source(args, source), runtime)
     if not args.no_console_results and len(rows) <= CONSOLE_ROWS:
         print(format_table(rows))
     for path, fmt in outputs_to:

@@ -22,7 +22,13 @@ from vtools.errors import UsageError
 
 
 class SampleStore(Protocol):
-    """Random access to raw samples; what every data source (folders, shards, tables) provides."""
+    """Random access to raw samples; what every data source (folders, shards, tables, torchvision sets)
+    provides. Every store names this class as its base, so the answers below have their defaults here
+    and a caller asks the store instead of probing for attributes."""
+
+    labels: Sequence[int] | None = None  # every label, when known before any sample is read (class folders)
+    paths: Sequence[str] = ()  # the image files, when the store is files
+    own_names: bool = True  # name() gives a sample's own name (file, shard key, row), not only its position
 
     def __len__(self) -> int: ...
 
@@ -31,7 +37,7 @@ class SampleStore(Protocol):
     def name(self, index: int) -> str: ...
 
 
-class FileSamples:
+class FileSamples(SampleStore):
     """Image files with their labels; ``unreadable`` gives, by index, why an entry known to be unreadable
     (a dangling link, a folder that cannot be listed) cannot be read: it is never opened."""
 

@@ -103,7 +103,7 @@ def host_input_need(need: MemoryNeed, data_config: dict[str, Any]) -> None:
 def stored_image_size(samples: Any) -> tuple[int, int] | None:
     """The first sample's stored size, read from its header (no pixels decoded); None when the store
     is not files or bytes, or the header cannot be read."""
-    if not hasattr(samples, "locate") or not len(samples):
+    if not len(samples):
         return None
     try:
         raw = samples.locate(0)

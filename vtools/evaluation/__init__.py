@@ -1,4 +1,5 @@
-"""The evaluation and prediction loops, shared by validate.py, inference.py and train.py's validation.
+"""Evaluation: the model and loader of a pass (shared by validate.py and inference.py), one validated pair,
+the evaluation and prediction loops (train.py's validation too), metrics and class reports.
 
-Rule: loops over batches already on the device; may import models, data and below.
+Rule: everything validate.py and inference.py do besides parsing and printing; may import models, data and below.
 """

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vtools.errors import UsageError
+from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better
 from vtools.observe.figures import pyplot, save_png
 from vtools.optional import optional_module
 
@@ -90,10 +91,7 @@ def best_epoch(run: Path, rows: list[dict[str, str]]) -> int | None:
         except yaml.YAMLError:
             pass
     epochs, values = _series(rows, f"eval_{metric}")
-    if not values:
-        return None
-    best = min(values) if metric == "loss" else max(values)
-    return epochs[values.index(best)]
+    return best_epoch_of(epochs, values, higher_is_better(metric))
 
 
 def plot_runs(runs: Sequence[Path], out: Path) -> Path:

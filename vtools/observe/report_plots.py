@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vtools.errors import UsageError
 from vtools.evaluation.class_report import Confusion
 from vtools.evaluation.report_files import CALIBRATION, OVERALL, read_confusion, read_table
 from vtools.observe.figures import pyplot, save_png
@@ -36,6 +37,16 @@ def draw_report(folder: Path, before_write: Callable[[Path], None] | None = None
             before_write(folder / name)
         written.append(save_png(figure, folder / name))
     return written
+
+
+def draw_report_or_why_not(folder: Path, before_write: Callable[[Path], None] | None = None) -> str | None:
+    """Draw the report's pictures (:func:`draw_report`); None when drawn, else why there are none (a
+    plotting library missing): the report's tables stand without them."""
+    try:
+        draw_report(folder, before_write)
+    except UsageError as missing:
+        return str(missing)
+    return None
 
 
 def focus_classes(confusion: Confusion) -> list[int]:

@@ -21,6 +21,7 @@ import torch
 
 from vtools.atomic import atomic_copy, atomic_link, atomic_write
 from vtools.errors import UsageError
+from vtools.evaluation.best_epoch import improves
 from vtools.models.weights import UnreadableCheckpoint, safe_load
 
 LAST = "last.pth.tar"
@@ -89,9 +90,7 @@ class CheckpointManager:
     _failure: BaseException | None = field(default=None, repr=False)
 
     def is_better(self, metric: float) -> bool:
-        if self.best_metric is None:
-            return True
-        return metric > self.best_metric if self.higher_is_better else metric < self.best_metric
+        return improves(metric, self.best_metric, self.higher_is_better)
 
     def save(self, state: dict[str, Any], epoch: int, metric: float | None) -> bool:
         """Start writing last, and for a validated epoch (``metric`` given) a numbered one and best when

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vtools.data.datasets import SampleStore
 from vtools.data.decode import BadSample, RawSample
 from vtools.errors import UsageError
 from vtools.optional import HF, optional_module
@@ -123,8 +124,8 @@ def _refuse_loading_script(spec: str, root: Path, name: str) -> None:
             )
 
 
-class TableSamples:
-    """One split of a Hugging Face dataset (a :class:`~vtools.data.datasets.SampleStore`)."""
+class TableSamples(SampleStore):
+    """One split of a Hugging Face dataset."""
 
     def __init__(self, table: Any, image_key: str, label_key: str | None, split: str) -> None:
         self.table = table

@@ -10,17 +10,26 @@ decoding are the same code for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from torch.utils.data import Dataset
 
-from vtools.data.datasets import DecodedImages, FileSamples
+from vtools.data.datasets import DecodedImages, FileSamples, SampleStore
 from vtools.data.readers.folder import labelled_images, resolve_split_dir
-from vtools.data.readers.torchvision import TorchvisionImages, torchvision_dataset
+from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples, torchvision_dataset
 from vtools.errors import UsageError
+
+
+class DataFlags(Protocol):
+    """The data options every script shares, as parsed (or as typed options carrying the same names)."""
+
+    dataset: str
+    dataset_download: bool
+    input_key: str | None
+    target_key: str | None
 
 
 @dataclass(frozen=True)
@@ -35,12 +44,20 @@ class SourceRequest:
     target_key: str | None = None  # hfds: label column; wds: label extension (timm's --target-key)
     class_map: dict[str, int] | None = None  # folders: class folder name -> label
 
+    @classmethod
+    def for_split(
+        cls, flags: DataFlags, root: str, split: str, class_map: dict[str, int] | None = None
+    ) -> SourceRequest:
+        """The request the scripts' shared data flags make for ``split`` of ``root`` (each script decides
+        which of DIR and --data-dir is its root)."""
+        return cls(flags.dataset, root, split, flags.dataset_download, flags.input_key, flags.target_key, class_map)
+
 
 @dataclass
 class Source:
     """A labelled image collection, whatever stores it."""
 
-    samples: Any  # a vtools.data.datasets.SampleStore, or a torchvision dataset
+    samples: SampleStore
     classes: list[str] | None  # names by label; None when the store does not say
     description: str
 
@@ -50,9 +67,22 @@ class Source:
     def images(self, transform: Callable, mode: str, keep_bytes: int = 0) -> Dataset:
         """Decoded, transformed ``(image, label, index)`` items; with ``keep_bytes``, decoded images
         are kept for later epochs when they fit (a torchvision set holds its images in memory already)."""
-        if isinstance(self.samples, Dataset):
-            return TorchvisionImages(self.samples, transform, mode)
+        if isinstance(self.samples, TorchvisionSamples):
+            return TorchvisionImages(self.samples.dataset, transform, mode)
         return DecodedImages(self.samples, transform, mode, keep_bytes)
+
+    def sample_names(self) -> Callable[[int], str] | None:
+        """Each sample's own name (file, shard key, row) by index; None where the store knows only
+        positions (a torchvision set), so reports and ReaL labels do not take a position for a name."""
+        return self.samples.name if self.samples.own_names else None
+
+    def highest_label(self, classes: Sequence[str] | None = None) -> int:
+        """The highest label the data may hold: the largest stored one when labels are known before any
+        image is read (class folders), else the last of ``classes`` (default: the source's own names)."""
+        labels = self.samples.labels
+        if labels:
+            return max(labels)
+        return len((self.classes if classes is None else classes) or []) - 1
 
 
 def _folders(request: SourceRequest, name: str) -> Source:
@@ -65,7 +95,8 @@ def _folders(request: SourceRequest, name: str) -> Source:
 def _torchvision(request: SourceRequest, name: str) -> Source:
     dataset = torchvision_dataset(request.dataset, request.root or "data", request.split, request.download)
     classes = [str(c) for c in getattr(dataset, "classes", [])] or None
-    return Source(dataset, classes, f"{request.dataset} {request.split} ({len(dataset)} images)")
+    samples = TorchvisionSamples(dataset, request.dataset)
+    return Source(samples, classes, f"{request.dataset} {request.split} ({len(dataset)} images)")
 
 
 def _shards(request: SourceRequest, name: str) -> Source:

@@ -9,6 +9,8 @@ import torch
 import torchvision
 from torch.utils.data import Dataset
 
+from vtools.data.datasets import SampleStore
+from vtools.data.decode import BadSample, RawSample
 from vtools.data.step_errors import bad_sample_from
 from vtools.errors import UsageError
 
@@ -27,6 +29,26 @@ _TORCH_DATASETS: dict[str, tuple[str, str]] = {
     "dtd": ("DTD", "split_val"),
     "imagenet": ("ImageNet", "split_val"),
 }
+
+
+class TorchvisionSamples(SampleStore):
+    """A torchvision dataset as a store: its items are decoded already (read by :class:`TorchvisionImages`),
+    and it names a sample only by its position, as ``<--dataset>[<index>]``."""
+
+    own_names = False
+
+    def __init__(self, dataset: Dataset, label: str) -> None:
+        self.dataset = dataset
+        self.label = label
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def locate(self, index: int) -> RawSample | BadSample:
+        raise TypeError(f"{self.label} holds decoded images, not files or bytes: read it through TorchvisionImages")
+
+    def name(self, index: int) -> str:
+        return f"{self.label}[{index}]"
 
 
 class TorchvisionImages(Dataset):

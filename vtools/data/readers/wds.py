@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from vtools.data.datasets import SampleStore
 from vtools.data.decode import BadSample, RawSample
 from vtools.errors import UsageError
 from vtools.optional import SHARDS, optional_module
@@ -98,8 +99,8 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
 
 
 @dataclass
-class ShardSamples:
-    """The samples of a list of shards, by global index (a :class:`~vtools.data.datasets.SampleStore`)."""
+class ShardSamples(SampleStore):
+    """The samples of a list of shards, by global index."""
 
     shards: list[str]
     counts: list[int]
