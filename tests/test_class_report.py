@@ -285,7 +285,7 @@ def test_compare_shows_a_class_one_report_lacks_as_a_dash(tmp_path: Path, capsys
 def test_a_run_with_more_outputs_than_classes_reports_every_output() -> None:
     """--num-classes above the data's class count: predictions may land on the extra outputs, which the
     run's report names by index (a report over the data's classes alone would misfile them)."""
-    from vtools.commands.train import output_names
+    from vtools.train.run_files import output_names
 
     names = output_names(["cat", "dog"], 4)
     assert names == ["cat", "dog", "2", "3"]

@@ -26,7 +26,7 @@ VAL = REPO / "data/fashion-mnist-mini/val"
 
 
 def _train_transform():
-    from vtools.train.options import build_parser
+    from vtools.cli.train_flags import build_parser
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--scale", "0.5", "1.0", "--hflip", "0.5", "--color-jitter", "0.4"])
@@ -164,13 +164,16 @@ def test_training_with_kept_data_matches_decoding_every_epoch(
     and weights of a run that decodes everything every epoch; the next epoch starts decoding during
     validation on an accelerator and after it where validation runs on the host's cores."""
     from vtools.commands import train
+    from vtools.train import run as training_run
 
     events: list[str] = []
-    real_start, real_evaluate = train.start_epoch, train.evaluate
+    real_start, real_evaluate = training_run.start_epoch, training_run.evaluate
     monkeypatch.setattr(
-        train, "start_epoch", lambda loaders, epoch: events.append(f"start {epoch}") or real_start(loaders, epoch)
+        training_run,
+        "start_epoch",
+        lambda loaders, epoch: events.append(f"start {epoch}") or real_start(loaders, epoch),
     )
-    monkeypatch.setattr(train, "evaluate", lambda *a, **k: events.append(k["desc"]) or real_evaluate(*a, **k))
+    monkeypatch.setattr(training_run, "evaluate", lambda *a, **k: events.append(k["desc"]) or real_evaluate(*a, **k))
 
     def run(name: str) -> int:
         return train.main(train_args(fashion4, tmp_path, name, *device_flags(device.type), "--epochs", "3")[1:])

@@ -248,9 +248,9 @@ def test_an_epoch_that_evaluates_to_nan_fails_and_is_never_kept(
 
 
 def test_an_epoch_with_non_finite_weights_or_eval_loss_is_refused() -> None:
-    from vtools.commands.train import check_finite
     from vtools.errors import RunFailed
     from vtools.evaluation.loops import EvalResult
+    from vtools.train.run import check_finite
 
     model = torch.nn.BatchNorm2d(3)
     good = EvalResult(top1=50.0, top5=100.0, loss=0.5, count=10, seconds=1.0)

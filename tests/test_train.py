@@ -624,9 +624,9 @@ def _train_in_process(data: Path, out: Path, name: str, *extra: str) -> int:
 
 def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: int) -> None:
     """Deliver SIGTERM ``times`` times to this process when validation of ``epoch`` starts."""
-    from vtools.commands import train
+    from vtools.train import run
 
-    real = train.evaluate
+    real = run.evaluate
 
     def evaluate(*args, **kwargs):
         if kwargs.get("desc") == f"validate {epoch}":
@@ -634,7 +634,7 @@ def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: in
                 os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train, "evaluate", evaluate)
+    monkeypatch.setattr(run, "evaluate", evaluate)
 
 
 @pytest.mark.cpu_only(reason="signal handling is host-side; npu resume: test_resume_after_epoch_matches_uninterrupted")

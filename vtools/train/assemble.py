@@ -45,9 +45,7 @@ def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] 
     """Training and validation sources (whatever stores them) and the class names."""
 
     def request(split: str, class_map: dict[str, int] | None = None) -> SourceRequest:
-        return SourceRequest(
-            args.dataset, args.data_dir or "", split, args.dataset_download, args.input_key, args.target_key, class_map
-        )
+        return SourceRequest.for_split(args, args.data_dir or "", split, class_map)
 
     if not args.dataset:
         root = args.data_dir

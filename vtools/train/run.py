@@ -1,0 +1,503 @@
+"""A training run as verbs a reader can follow: set up, start, train an epoch, validate it, save it, stop
+on a signal, finish.
+
+commands/train.py calls them in this order and prints what they return, as torchvision's reference
+script keeps ``train_one_epoch``, ``evaluate`` and ``main`` apart. What watches the run from above this
+layer (TensorBoard, the profiler, the data-wait advice) is handed in as plain callables, so the verbs
+stay the same for any caller. The argparse Namespace stops at :func:`set_up`: the verbs read the few
+values of :class:`EpochSettings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.utils import distribute_bn
+
+from vtools.cli.options import model_in_chans, timm_model_kwargs
+from vtools.data.readers.registry import Source
+from vtools.errors import RunFailed, UsageError
+from vtools.evaluation.loops import EvalResult, evaluate
+from vtools.evaluation.predictions import PredictionLog
+from vtools.models.create import create_model
+from vtools.models.prepare import unwrap
+from vtools.outputs import Output, prove_writable
+from vtools.runtime import device as dev
+from vtools.runtime.distributed import DistInfo
+from vtools.runtime.resolve import Runtime
+from vtools.train import recipe
+from vtools.train.assemble import (
+    Loaders,
+    build_components,
+    build_datasets,
+    build_loaders,
+    build_model,
+    fit_batch_to_set,
+    wrap_for_speed,
+)
+from vtools.train.checkpoint import CheckpointManager, load_training_state
+from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, train_one_epoch
+from vtools.train.resume import (
+    Position,
+    RunFolder,
+    carry_best_checkpoint,
+    experiment_changes,
+    read_summary,
+    restore,
+    start_at_epoch,
+    training_state,
+)
+from vtools.train.run_clock import RunClock
+from vtools.train.run_files import (
+    MODEL_DIR,
+    SUMMARY,
+    export_best,
+    output_names,
+    summary_row,
+    write_eval_report,
+    write_run_config,
+    write_summary,
+)
+from vtools.train.run_lock import FolderClaim
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EpochSettings:
+    """The options the epoch verbs read; the rest shaped the components at set-up."""
+
+    val_interval: int
+    log_interval: int
+    batch_size: int  # after fit_batch_to_set: the size the run trains with
+    mixup_off_epoch: int
+    eval_metric: str
+    dist_bn: str
+    sync_bn: bool
+    ema_force_cpu: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> EpochSettings:
+        return cls(
+            val_interval=args.val_interval,
+            log_interval=args.log_interval,
+            batch_size=args.batch_size,
+            mixup_off_epoch=args.mixup_off_epoch,
+            eval_metric=args.eval_metric,
+            dist_bn=args.dist_bn,
+            sync_bn=args.sync_bn,
+            ema_force_cpu=args.model_ema_force_cpu,
+        )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The run's sources and the classes its model predicts."""
+
+    train: Source
+    val: Source
+    classes: list[str]
+    num_classes: int
+
+
+@dataclass(frozen=True)
+class SavedEpoch:
+    """An epoch's summary.csv row and whether it is the run's best (known on rank 0 only)."""
+
+    row: dict[str, Any]
+    best: bool
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The best weights as a model folder, the files in it this run did not write, and the best epoch."""
+
+    folder: Path
+    others: list[str]
+    best_metric: float
+    best_epoch: int
+
+
+@dataclass
+class TrainingRun:
+    """Everything the epochs share, and the verbs that move the run on."""
+
+    settings: EpochSettings
+    data: TrainingData
+    parts: TrainComponents
+    loaders: Loaders
+    manager: CheckpointManager
+    claim: FolderClaim
+    dist_info: DistInfo
+    lr: float  # the schedule's peak rate
+    num_epochs: int
+    position: Position  # where this process begins
+    decode_during_validation: bool  # the next epoch's decoding starts before validation (an accelerator)
+    checkpoint_state: Callable[[Position, EpochResult | None], dict[str, Any] | None]
+    empty_model: Callable[[], torch.nn.Module]  # the architecture again, for the best weights' export
+    resume_path: Path | None = None  # the checkpoint this process continues
+    num_updates: int = 0
+    summary_rows: list[dict[str, Any]] = field(default_factory=list)
+    clock: RunClock | None = None
+
+    @property
+    def resumed(self) -> bool:
+        return self.resume_path is not None
+
+    def validates(self, epoch: int) -> bool:
+        return (epoch + 1) % self.settings.val_interval == 0 or epoch + 1 == self.num_epochs
+
+    def epochs(self) -> range:
+        return range(self.position.epoch, self.num_epochs)
+
+    def continues(self, epoch: int, result: EpochResult) -> bool:
+        """Whether another epoch follows this one."""
+        return epoch + 1 < self.num_epochs and not result.interrupted
+
+    def start(self) -> None:
+        """Carry the summary.csv rows of the epochs before this process's first (a damaged file stops the
+        run here) and start the run's clock."""
+        self.summary_rows = read_summary(self.claim.folder, self.resume_path, self.position.epoch)
+        self.num_updates = self.position.num_updates
+        self.clock = RunClock(
+            self.num_epochs,
+            len(self.loaders.train),  # batches per epoch; the first log step reports the exact count
+            self.validates,
+            first=(self.position.epoch, self.position.step),
+        )
+
+    def train_epoch(
+        self,
+        epoch: int,
+        stop: StopRequest,
+        batches: Callable[[Iterable], Iterable] = lambda loader: loader,
+        on_log: Callable[[LogPoint], None] | None = None,
+    ) -> EpochResult:
+        """Train ``epoch`` (from the resumed step in the first), until a stop is agreed; ``batches`` wraps
+        the loader (the profiler)."""
+        settings, loaders = self.settings, self.loaders
+        if self.parts.mixup is not None and settings.mixup_off_epoch and epoch >= settings.mixup_off_epoch:
+            self.parts.mixup = None
+        resuming = epoch == self.position.epoch
+        first_step = self.position.step if resuming else 0
+        if not loaders.train.started:
+            loaders.sampler.set_epoch(epoch, skip_samples=first_step * settings.batch_size)
+        if self.validates(epoch):
+            loaders.val.start()  # its workers decode the validation set while this epoch trains
+        self.clock.epoch_started()
+        result, self.num_updates = train_one_epoch(
+            self.parts,
+            batches(loaders.train),
+            epoch,
+            self.num_updates,
+            settings.log_interval,
+            stop,
+            show_progress=self.dist_info.is_main,
+            start_step=first_step,
+            carried=self.position.carried if resuming else (0.0, 0),
+            on_log=on_log,
+        )
+        self.clock.epoch_trained(result.seconds, result.steps)
+        if not result.interrupted:
+            share_batchnorm_statistics(
+                self.parts, self.dist_info, settings.dist_bn, settings.sync_bn, settings.ema_force_cpu
+            )
+        if self.continues(epoch, result) and self.decode_during_validation:
+            start_epoch(loaders, epoch + 1)  # its first batches are decoded while the device validates
+        return result
+
+    def validate_epoch(
+        self, epoch: int, result: EpochResult, stop: StopRequest
+    ) -> tuple[EvalResult | None, PredictionLog]:
+        """The epoch's validation figures and predictions; no figures where --val-interval skips it, it was
+        interrupted, or a signal stopped the validation."""
+        predictions = PredictionLog()
+        if not self.validates(epoch) or result.interrupted:
+            return None, predictions
+        metrics = evaluate(
+            eval_model(self.parts, self.dist_info, self.settings.ema_force_cpu),
+            self.loaders.val,
+            self.parts.device,
+            self.parts.amp,
+            desc=f"validate {epoch}",
+            show_progress=self.dist_info.is_main,
+            should_stop=None if self.dist_info.enabled else (lambda: stop.requested),
+            on_logits=predictions.add,
+        )
+        return metrics, predictions
+
+    def stopped_within(self, epoch: int, result: EpochResult, metrics: EvalResult | None) -> bool:
+        """Whether a signal stopped the epoch mid-training or mid-validation."""
+        return result.interrupted or (self.validates(epoch) and metrics is None)
+
+    def save_interrupted(self, epoch: int, result: EpochResult, stop: StopRequest) -> Path | None:
+        """A resumable checkpoint at the step the stop came after (its path on rank 0; every rank must
+        call this, then wait for the others before leaving)."""
+        where = Position(epoch, result.completed_steps, self.num_updates)
+        state = self.checkpoint_state(where, result)
+        if not self.dist_info.is_main:
+            return None
+        with stop.shielded():
+            return self.manager.save_interrupted(state)
+
+    def save_epoch(
+        self, epoch: int, result: EpochResult, metrics: EvalResult | None, predictions: PredictionLog, stop: StopRequest
+    ) -> SavedEpoch:
+        """Step the schedule and save the finished epoch: its checkpoint, summary.csv and, for a new best,
+        its class report. A diverged epoch ends the run before it is saved."""
+        check_finite(epoch, metrics, self.parts.model)
+        if metrics is not None:
+            self.clock.validated(metrics.seconds)
+        gathered = predictions.gather(self.parts.device) if metrics is not None else None  # every rank's samples
+        if self.continues(epoch, result) and not self.loaders.train.started:
+            start_epoch(self.loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
+        lr_used = recipe.mean_lr(self.parts.optimizer)  # before the step: the rate this epoch trained with
+        metric = getattr(metrics, self.settings.eval_metric) if metrics is not None else None
+        if self.parts.scheduler is not None:
+            self.parts.scheduler.step(epoch + 1, metric)  # as timm: after validation, fed its metric
+        state = self.checkpoint_state(Position(epoch + 1, 0, self.num_updates), None)
+        self.summary_rows.append(summary_row(epoch, result, metrics, lr_used))
+        best = False
+        if self.dist_info.is_main:
+            with stop.shielded():
+                best = self.manager.save(state, epoch, metric)
+                write_summary(self.claim, self.summary_rows)
+                if best and gathered is not None:
+                    names = output_names(self.data.classes, self.data.num_classes)
+                    write_eval_report(self.claim, gathered, names, self.data.val, epoch)
+        return SavedEpoch(self.summary_rows[-1], best)
+
+    def stops_after(self, epoch: int, stop: StopRequest) -> bool:
+        """Whether the ranks agree to stop after this saved epoch (a signal during its validation or its
+        save); once its checkpoint is whole. After the last epoch the run finishes its files instead."""
+        if stop.agreed(now=True) and epoch + 1 < self.num_epochs:
+            self.manager.wait()
+            return True
+        return False
+
+    def finish(self) -> Exported | None:
+        """After the last epoch: the last checkpoint whole on disk, then (rank 0) the best weights as a
+        model folder."""
+        self.manager.wait()  # the last checkpoint is whole (or its failure raised) before best is read
+        if not self.dist_info.is_main:
+            return None
+        folder = self.claim.folder
+        self.claim.wrote(folder / MODEL_DIR, created=not (folder / MODEL_DIR).exists())
+        use_ema = ema_on_device(self.parts, self.settings.ema_force_cpu) is not None
+        exported, others = export_best(self.empty_model(), folder, self.data.classes, self.loaders.data_config, use_ema)
+        return Exported(exported, others, self.manager.best_metric, self.manager.best_epoch)
+
+
+def set_up(
+    args: argparse.Namespace, folder: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim, say: Say
+) -> TrainingRun:
+    """Build the run as timm's train.py does (data, model, loaders, recipe), restore a resumed one and
+    write its config.yaml. Notes are said as set-up reaches them, so those before a refusal still show."""
+    device = runtime.device
+    resume_state = load_training_state(folder.resume) if folder.resume else None
+    if folder.note:
+        say(folder.note)
+    if dist_info.is_main:
+        prove_writable(Output("--output", folder.path / SUMMARY))
+    dev.seed_everything(args.seed + dist_info.rank)
+    data = open_data(args, dist_info, say)
+    if resume_state is not None:
+        check_same_experiment(resume_state, folder.resume, args, data.classes, len(data.train), dist_info, say)
+    model = build_model(args, data.num_classes, device, runtime.model_dtype)
+    loaders = build_loaders(
+        args, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
+    )
+    parts, lr, num_epochs = build_components(
+        args, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype
+    )
+    manager = CheckpointManager(
+        folder.path,
+        keep=args.checkpoint_hist,
+        higher_is_better=args.eval_metric != "loss",
+        on_write=lambda path: claim.wrote(path, created=not path.exists(), keep=True),
+    )
+    position = resume_position(args, resume_state, folder, parts, manager, loaders, dist_info, say)
+    wrap_for_speed(parts, args, device, dist_info)
+    if dist_info.is_main:
+        carry_best_checkpoint(folder.resume, manager)
+        write_run_config(args, claim, say)
+    return TrainingRun(
+        EpochSettings.from_args(args),
+        data,
+        parts,
+        loaders,
+        manager,
+        claim,
+        dist_info,
+        lr,
+        num_epochs,
+        position,
+        decode_during_validation=runtime.budget.decode_during_validation,
+        checkpoint_state=checkpoint_recorder(args, parts, data, loaders, dist_info),
+        empty_model=lambda: architecture(args, data.num_classes),
+        resume_path=folder.resume,
+    )
+
+
+def resume_position(
+    args: argparse.Namespace,
+    state: dict[str, Any] | None,
+    folder: RunFolder,
+    parts: TrainComponents,
+    manager: CheckpointManager,
+    loaders: Loaders,
+    dist_info: DistInfo,
+    say: Say,
+) -> Position:
+    """Where this process begins: the resumed checkpoint's step (its state restored into ``parts``), or
+    --start-epoch, or the start."""
+    position = Position()
+    if state is not None:
+        position, note = restore(
+            state,
+            parts,
+            manager,
+            parts.device,
+            dist_info,
+            args.seed,
+            args.batch_size,
+            resume_optimizer=not args.no_resume_opt,
+        )
+        say(f"resumed from {folder.resume} at epoch {position.epoch}, step {position.step}{note}")
+    if args.start_epoch is not None:
+        position = start_at_epoch(
+            parts, args.start_epoch, loaders.updates_per_epoch(args.grad_accum_steps), args.sched_on_updates
+        )
+    return position
+
+
+def checkpoint_recorder(
+    args: argparse.Namespace, parts: TrainComponents, data: TrainingData, loaders: Loaders, dist_info: DistInfo
+) -> Callable[[Position, EpochResult | None], dict[str, Any] | None]:
+    """The run's state at a position, as its checkpoints hold it (with every option: a resume and
+    validate.py --checkpoint read them); every rank calls it, rank 0 gets the state."""
+
+    def record(where: Position, result: EpochResult | None) -> dict[str, Any] | None:
+        return training_state(
+            args, parts, where, data.classes, parts.device, dist_info, loaders.data_config, result, len(data.train)
+        )
+
+    return record
+
+
+def architecture(args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
+    """The run's model built again without weights, for the best weights' export."""
+    return create_model(
+        args.model,
+        pretrained=False,
+        num_classes=num_classes,
+        in_chans=model_in_chans(args),
+        model_kwargs=timm_model_kwargs(args),
+        bn_eps=args.bn_eps,
+    )
+
+
+def open_data(args: argparse.Namespace, dist_info: DistInfo, say: Say) -> TrainingData:
+    """The training and validation sources and the classes, with the batch fitted to a tiny set."""
+    train_source, val_source, classes = build_datasets(args)
+    if not classes and not args.num_classes:
+        raise UsageError(f"--dataset {args.dataset} does not name its classes: pass --num-classes")
+    num_classes = args.num_classes or len(classes)
+    check_labels_fit(train_source, classes, num_classes)
+    batch_note = fit_batch_to_set(args, len(train_source), dist_info)  # before the resume compares the batch
+    if batch_note:
+        say(batch_note)
+    classes = classes or [str(label) for label in range(num_classes)]
+    return TrainingData(train_source, val_source, classes, num_classes)
+
+
+def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int) -> None:
+    """Every training label must be one of the model's outputs: fewer --num-classes than the set has
+    classes would fail inside the loss, mid-epoch."""
+    top = source.highest_label(classes or [])
+    if top >= num_classes:
+        raise UsageError(
+            f"--num-classes {num_classes} is fewer than the {top + 1} classes of {source.description}; leave "
+            f"--num-classes out (it defaults to the class count) or give at least {top + 1}"
+        )
+
+
+def check_same_experiment(
+    state: dict[str, Any],
+    path: Path,
+    args: argparse.Namespace,
+    classes: list[str],
+    train_samples: int,
+    dist_info: DistInfo,
+    say: Say,
+) -> None:
+    """A resume continues the checkpoint's experiment or stops in one line naming what differs: what the
+    start line, config.yaml and summary.csv show must be what the resumed run uses."""
+    changes = experiment_changes(state, args, classes, train_samples, dist_info.world_size)
+    if changes:
+        raise UsageError(
+            f"--resume {path}: this command line changes the run it continues ({'; '.join(changes)}); resume "
+            f"with the run's options (its config.yaml), or start a new run from its weights with "
+            f"--initial-checkpoint {path}"
+        )
+    saved = state.get("args") or {}
+    if saved.get("epochs") not in (None, args.epochs):
+        say(
+            f"--epochs {args.epochs} (the run had {saved['epochs']}): the schedule is the one for {args.epochs} "
+            "epochs from here on"
+        )
+
+
+def start_epoch(loaders: Loaders, epoch: int) -> None:
+    """Have the workers start decoding ``epoch``'s batches now, ahead of its first step."""
+    loaders.sampler.set_epoch(epoch)
+    loaders.train.start()
+
+
+def check_finite(epoch: int, metrics: EvalResult | None, model: torch.nn.Module) -> None:
+    """A diverged epoch ends the run (exit 3) before it is saved, so it can never become best: its eval
+    loss and every weight and buffer must be finite (one check per epoch, one host sync)."""
+    tensors = [t for t in unwrap(model).state_dict().values() if t.is_floating_point()]
+    weights_finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
+    loss_finite = metrics is None or math.isfinite(metrics.loss)
+    if not (weights_finite and loss_finite):
+        what = "the weights hold non-finite values" if not weights_finite else f"the eval loss is {metrics.loss}"
+        raise RunFailed(
+            f"epoch {epoch}: {what}: training diverged; the epoch is not saved (lower --lr, raise "
+            "--warmup-epochs, or use --clip-grad), and the previous checkpoint is intact"
+        )
+
+
+def share_batchnorm_statistics(
+    parts: TrainComponents, dist_info: DistInfo, dist_bn: str, sync_bn: bool, ema_force_cpu: bool
+) -> None:
+    """--dist-bn after an epoch under DDP, as timm's train.py: BatchNorm running statistics averaged over
+    the ranks (``reduce``) or rank 0's everywhere (``broadcast``), in the model and in an EMA on the
+    device. Off with --sync-bn, whose statistics are already shared."""
+    if not dist_info.enabled or not dist_bn or sync_bn:
+        return
+    for model in (unwrap(parts.model), ema_on_device(parts, ema_force_cpu)):
+        if model is not None:
+            distribute_bn(model, dist_info.world_size, reduce=dist_bn == "reduce")
+
+
+def ema_on_device(parts: TrainComponents, force_cpu: bool) -> torch.nn.Module | None:
+    """The EMA weights that validation uses: none without --model-ema, or with --model-ema-force-cpu
+    (timm validates the trained weights then)."""
+    if parts.ema is None or force_cpu:
+        return None
+    return parts.ema.module
+
+
+def eval_model(parts: TrainComponents, dist_info: DistInfo, ema_force_cpu: bool) -> torch.nn.Module:
+    """The EMA weights when tracked on the device; never the DDP wrapper: its forward may broadcast
+    buffers, a collective that shards differing by one batch could not match."""
+    if (ema := ema_on_device(parts, ema_force_cpu)) is not None:
+        return ema
+    return unwrap(parts.model) if dist_info.enabled else parts.model
