@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m vtools bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    _add_workload_flags(parser)
+    _add_task_flags(parser)
+    parser.add_argument("--output", default="", help="write the table here (.csv or .json)")
+    parser.add_argument("--one", nargs=3, metavar=("TASK", "MODE", "SOURCE"), help=argparse.SUPPRESS)
+    parser.add_argument("--stores", default="", help=argparse.SUPPRESS)  # converted copies, made by the parent
+    return parser
+
+
+def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    """What is measured, and on what: model, data, tasks, sources, batch, device."""
     parser.add_argument("--model", default="resnet18", help="timm model (default: resnet18, 224 px)")
     parser.add_argument("--data", default="data/fashion-mnist-mini", help="image folder with train/ and val/")
     parser.add_argument(
@@ -98,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--amp", action="store_true", default=False)
     parser.add_argument("--amp-dtype", default="auto", choices=("auto", "bfloat16", "float16"))
     parser.add_argument("--channels-last", action="store_true", default=False)
+
+
+def _add_task_flags(parser: argparse.ArgumentParser) -> None:
+    """Settings of single tasks: the recipe runs, the one-pass reference, the loader's photo set."""
     parser.add_argument(
         "--recipe-epochs",
         type=int,
@@ -134,29 +148,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="loader task: N ImageNet-sized JPEGs per split cut from the photos the installed scikit-learn "
         "and matplotlib wheels ship (default: 512); 0: the images of --data",
     )
-    parser.add_argument("--output", default="", help="write the table here (.csv or .json)")
-    parser.add_argument("--one", nargs=3, metavar=("TASK", "MODE", "SOURCE"), help=argparse.SUPPRESS)
-    parser.add_argument("--stores", default="", help=argparse.SUPPRESS)  # converted copies, made by the parent
-    return parser
+
+
+COLUMNS = [
+    "task",
+    "mode",
+    "source",
+    "img_per_sec",
+    "data_wait",
+    "vs_model",
+    "vs_baseline",
+    "wall_s",
+    "wall_vs_baseline",
+    "img_per_sec_per_core",
+    "reference",
+    "top1",
+    "startup_s",
+    "peak_host_mib",
+    "peak_device_mib",
+    "amp_dtype",
+    "channels_last",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[2:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.timm_train and not Path(args.timm_train).is_file():
-        from vtools.errors import UsageError
-
-        raise UsageError(f"--timm-train {args.timm_train}: no such file (timm's train.py from a checkout of timm)")
-    for flag in ("steps", "batch_size", "recipe_epochs", "repeats"):
-        if getattr(args, flag) < 1:
-            from vtools.errors import UsageError
-
-            raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
+    _check_args(args)
     if args.one:
         print(json.dumps(measure(*args.one, args)))
         return 0
-    import tempfile
-
     from vtools.outputs import Output, check_outputs
     from vtools.results import format_table, write_rows
 
@@ -164,7 +185,31 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(
             [("--data", args.data), ("--timm-train", args.timm_train)], [Output("--output", Path(args.output))]
         )
-    rows = []
+    rows = _measure_all(args, argv)
+    add_ratios(rows)
+    print(format_table(rows, COLUMNS))
+    if args.output:
+        write_rows(args.output, rows, "json" if args.output.endswith(".json") else "csv")
+        print(f"written to {args.output}")
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from vtools.errors import UsageError
+
+    if args.timm_train and not Path(args.timm_train).is_file():
+        raise UsageError(f"--timm-train {args.timm_train}: no such file (timm's train.py from a checkout of timm)")
+    for flag in ("steps", "batch_size", "recipe_epochs", "repeats"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
+
+
+def _measure_all(args: argparse.Namespace, argv: list[str]) -> list[dict]:
+    """Every measurement the flags ask for, each in its own process, over stores converted once; a line on
+    stderr per measurement as it finishes."""
+    import tempfile
+
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="vtools-bench-") as stores:
         _convert_stores(args, Path(stores))
         for task, mode, source in _measurements(args):
@@ -184,35 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += measure_recipe(args, precision, Path(stores) / f"recipe-{precision}")
         if "onepass" in args.tasks:
             rows += measure_onepass(args, Path(stores) / "onepass", [*argv, "--stores", stores])
-    add_ratios(rows)
-    print(
-        format_table(
-            rows,
-            [
-                "task",
-                "mode",
-                "source",
-                "img_per_sec",
-                "data_wait",
-                "vs_model",
-                "vs_baseline",
-                "wall_s",
-                "wall_vs_baseline",
-                "img_per_sec_per_core",
-                "reference",
-                "top1",
-                "startup_s",
-                "peak_host_mib",
-                "peak_device_mib",
-                "amp_dtype",
-                "channels_last",
-            ],
-        )
-    )
-    if args.output:
-        write_rows(args.output, rows, "json" if args.output.endswith(".json") else "csv")
-        print(f"written to {args.output}")
-    return 0
+    return rows
 
 
 def _photo_data(task: str, args: argparse.Namespace, stores: Path) -> list[str]:

@@ -139,14 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         use_ema=args.use_ema,
     )
     data_config = data_config_for(model, preprocess_overrides(args))
-    if args.data:
-        images = check_images(args.data, data_config, args.batch_size)
-        batch_words = f"{len(images)} images from {args.data}"
-    else:
-        generator = torch.Generator().manual_seed(args.seed)
-        images = torch.randn((args.batch_size, *data_config["input_size"]), generator=generator)
-        batch_words = f"a random batch of {len(images)}"
-    targets = torch.randint(0, 1 << 30, (len(images),), generator=torch.Generator().manual_seed(args.seed + 1))
+    images, targets, batch_words = parity_batch(args, data_config)
     layout = ", channels_last" if args.channels_last else ""
     print(
         f"parity: {args.model} on {runtime.device} ({runtime.amp.dtype_name}{layout}) against {reference} (float32), "
@@ -154,26 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{tols['forward']:g} (activations), {tols['backward']:g} (gradients)",
         flush=True,
     )
-    traces = []
     sides = ((reference, reference_amp, False), (runtime.device, runtime.amp, bool(args.channels_last)))
-    for device, amp, channels_last in sides:
-        try:
-            traces.append(
-                parity.run_side(
-                    model,
-                    images,
-                    targets,
-                    device,
-                    amp,
-                    args.steps,
-                    args.lr,
-                    channels_last=channels_last,
-                    seed=args.seed,
-                )
-            )
-        except RuntimeError as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RunFailed(f"the model failed on {device}: {first}") from None
+    traces = [trace_on(side, model, images, targets, args) for side in sides]
     entries = parity.compare(traces[0], traces[1], tols)
     if args.results_file:
         rows = [{**entry.row(), "device": str(runtime.device), "against": str(reference)} for entry in entries]
@@ -184,3 +159,31 @@ def main(argv: list[str] | None = None) -> int:
     if parity.first_failure(entries) is not None:
         raise RunFailed(f"{runtime.device} differs from {reference} beyond tolerance (the verdict above)")
     return 0
+
+
+def parity_batch(args: argparse.Namespace, data_config: dict) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The images both devices see (--data's, or a seeded random batch), seeded targets, and the words
+    that name the batch on the first line."""
+    if args.data:
+        images = check_images(args.data, data_config, args.batch_size)
+        words = f"{len(images)} images from {args.data}"
+    else:
+        generator = torch.Generator().manual_seed(args.seed)
+        images = torch.randn((args.batch_size, *data_config["input_size"]), generator=generator)
+        words = f"a random batch of {len(images)}"
+    targets = torch.randint(0, 1 << 30, (len(images),), generator=torch.Generator().manual_seed(args.seed + 1))
+    return images, targets, words
+
+
+def trace_on(
+    side: tuple, model: torch.nn.Module, images: torch.Tensor, targets: torch.Tensor, args: argparse.Namespace
+) -> object:
+    """One device's trace; a model that fails there is a one-line run failure naming the device."""
+    device, amp, channels_last = side
+    try:
+        return parity.run_side(
+            model, images, targets, device, amp, args.steps, args.lr, channels_last=channels_last, seed=args.seed
+        )
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunFailed(f"the model failed on {device}: {first}") from None
