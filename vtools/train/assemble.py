@@ -15,6 +15,7 @@ from timm.layers import convert_sync_batchnorm
 from timm.task import LogitDistillationTask
 
 from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_kwargs
+from vtools.cli.train_flags import mixup_requested
 from vtools.data.datasets import refuse_known_bad
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
@@ -133,7 +134,7 @@ def fit_batch_to_set(args: argparse.Namespace, train_samples: int, dist_info: Di
     available = len(train_sampler(train_samples, args, dist_info).order)
     if available >= args.batch_size:
         return ""
-    pairs = recipe.mixup_enabled(args)
+    pairs = mixup_requested(args)
     size = available - available % 2 if pairs else available
     where = " per process" if dist_info.world_size > 1 else ""
     if size < 1:

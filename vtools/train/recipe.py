@@ -85,13 +85,9 @@ def mean_lr(optimizer: torch.optim.Optimizer) -> float:
     return sum(rates) / len(rates)
 
 
-def mixup_enabled(args: argparse.Namespace) -> bool:
-    return mixup_requested(args)  # the rule lives with the flags, which check --batch-size by it before torch
-
-
 def build_mixup(args: argparse.Namespace, num_classes: int) -> Mixup | None:
     """Mixup/CutMix on device batches, or None when both are off."""
-    if not mixup_enabled(args):
+    if not mixup_requested(args):  # the rule lives with the flags, which check --batch-size by it
         return None
     return Mixup(
         mixup_alpha=args.mixup,
