@@ -1,6 +1,6 @@
 """Where commands write: never over an input, never inside the data they read, never two results into one
 path, and only where a file can be written (vtools/outputs.py). The refusals, one per command, are rows of
-tests/test_one_line_errors.py; here are the shared check itself and the results that land where they should."""
+tests/scripts/test_one_line_errors.py; here are the shared check itself and the results that land where they should."""
 
 from __future__ import annotations
 

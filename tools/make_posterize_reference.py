@@ -3,7 +3,7 @@
 hold all 256 levels in every band, into tests/data/posterize_pillow12.json.
 
 Pillow 13 refuses fewer than 1 bit, which timm's auto-augment asks for; vtools gives Pillow 12's answer there
-(vtools/data/augment_ops.py), and tests/test_augment_ops.py compares it with this file. Run it under Pillow 12,
+(vtools/data/augment_ops.py), and tests/data/test_augment_ops.py compares it with this file. Run it under Pillow 12,
 kept out of the main environment:
 
     python3 -m pip download 'pillow<13' --no-deps -d /tmp/pillow12

@@ -16,7 +16,7 @@ The packages are layers; a module imports from its own layer and the ones below,
     bench/        throughput measurement and its plain baseline
     commands/     one module per command, named as the command
 
-``tests/test_package_layers.py`` checks this order.
+``tests/rules/test_package_layers.py`` checks this order.
 """
 
 __version__ = "0.1.0"

@@ -3,7 +3,7 @@
 The parsers are built before torch, timm or the data libraries are imported (vtools/cli/runner.py), so
 that ``--help`` and a mistyped flag answer at once. The choices below are therefore written out here as
 strings; each names the values of a library constant that acts on them (``vtools.runtime.amp.AMP_DTYPES``
-and the others listed in tests/test_cli_parse_path.py, which keeps each pair equal).
+and the others listed in tests/cli/test_runner.py, which keeps each pair equal).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ vtools that may name ``torch.cuda``, ``torch.npu`` or ``torch_npu``. Everything 
 in :data:`DEVICE_KINDS` (which package provides a device type, which collective backend it uses, which
 environment variable hides devices, whether it is the host); everything else talks to the device through
 ``torch.get_device_module(type)``, the per-type module every backend registers, so adding a device
-means adding a row, not a branch (tests/test_device_spec.py reads this file for branches on a name).
+means adding a row, not a branch (tests/runtime/test_device.py reads this file for branches on a name).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One row per device type (:data:`DEVICE_KINDS`): which package provides it, which
 visible-devices variable it uses, its speed settings, profiler, host-fallback wording, and the hints its
 error messages give. vtools/runtime/device.py operates on devices through these rows and
 ``torch.get_device_module``, so adding a device means adding a row here, not a branch anywhere.
-Like device.py, this module may name ``torch_npu`` (tests/test_source_tree.py).
+Like device.py, this module may name ``torch_npu`` (tests/rules/test_source_tree.py).
 """
 
 from __future__ import annotations

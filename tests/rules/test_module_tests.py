@@ -1,0 +1,145 @@
+"""A module's tests are found by its path: ``vtools/<package>/<module>.py`` is tested in
+``tests/<package>/test_<module>.py`` (or ``test_<module>_<aspect>.py``), and a module without such a file is
+listed below with the reason. Whole-script behaviour lives in ``tests/scripts/``, rules read from the source in
+``tests/rules/``, the emulated NPU's self-tests in ``tests/emulator/``, ``tools/``'s in ``tests/tools/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.cpu_only(reason="reads file names; runs nothing on a device")
+
+NOT_PACKAGE_FOLDERS = {"scripts", "rules", "emulator", "emulated_npu", "tools"}
+
+# modules without a test file of their own, and where their behaviour is tested instead
+TESTED_ELSEWHERE = {
+    "vtools/__main__.py": "the `vtools` dispatcher: tests/scripts/test_package.py runs the installed command",
+    "vtools/atomic.py": "atomic writes: tests/test_outputs.py, tests/scripts/test_run_safety.py (a full disk)",
+    "vtools/errors.py": "the error classes: tests/scripts/test_one_line_errors.py is the table of their lines",
+    "vtools/optional.py": "two lines of import guarding; every optional-extra test goes through it",
+    "vtools/progress.py": "tqdm settings; the scripts' progress lines are checked in tests/scripts/",
+    "vtools/results.py": "result tables: tests/scripts/test_validate.py and test_inference.py read them with pandas",
+    "vtools/runtime/device_kinds.py": "the table itself: tests/runtime/test_device.py reads every row",
+    "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
+    "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
+    "vtools/cli/config.py": "YAML run files: tests/cli/test_timm_compat.py round-trips timm's args.yaml",
+    "vtools/cli/flag_values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",
+    "vtools/cli/infer_flags.py": "inference.py's flags: tests/cli/test_eval_flags.py against timm's objects",
+    "vtools/cli/options.py": "the shared flags: tests/cli/test_timm_compat.py compares them with timm's option list",
+    "vtools/cli/parser.py": "one-line argparse errors: tests/scripts/test_one_line_errors.py",
+    "vtools/cli/validate_flags.py": "validate.py's flags: tests/cli/test_eval_flags.py against timm's objects",
+    "vtools/models/activation_memory.py": "tests/data/test_memory_estimate.py measures it with the estimate",
+    "vtools/models/create.py": "model creation: every script test builds its model through it",
+    "vtools/models/folder.py": "model folders: tests/scripts/test_validate.py and test_inference.py load them",
+    "vtools/models/onnx_model.py": "ONNX models: tests/deploy/test_export.py validates and predicts with them",
+    "vtools/models/weights.py": "the checkpoint reader: tests/scripts/test_bad_input.py feeds it timm's checkpoints",
+    "vtools/data/color_jitter.py": "the device-side jitter: tests/data/test_train_augment.py against timm's",
+    "vtools/data/decode.py": "decoding: tests/data/test_train_augment.py and tests/data/test_loaders.py",
+    "vtools/data/shard_writer.py": "tests/scripts/test_sources.py writes shards and reads them back",
+    "vtools/data/transforms.py": "timm's transforms resolved: tests/data/test_train_augment.py",
+    "vtools/data/readers/folder.py": "tests/data/readers/test_registry_labels.py and test_scan.py",
+    "vtools/data/readers/hfds.py": "tests/data/readers/test_registry_labels.py and tests/data/test_datasets.py",
+    "vtools/data/readers/torchvision.py": "tests/data/test_datasets.py and tests/scripts/test_sources.py",
+    "vtools/data/readers/wds.py": "tests/data/readers/test_registry_labels.py and tests/scripts/test_sources.py",
+    "vtools/evaluation/batch_retry.py": "the out-of-memory retry: tests/scripts/test_validate.py",
+    "vtools/evaluation/metrics.py": "tests/evaluation/test_class_report.py against scikit-learn",
+    "vtools/evaluation/model_flags.py": "timm's evaluation model flags: tests/cli/test_eval_flags.py",
+    "vtools/evaluation/predictions.py": "tests/evaluation/test_class_report.py collects them on every device",
+    "vtools/evaluation/report_compare.py": "tests/evaluation/test_class_report.py compares two reports",
+    "vtools/evaluation/report_files.py": "tests/evaluation/test_class_report.py writes and reads them",
+    "vtools/evaluation/validation.py": "one validated pair: tests/scripts/test_validate.py",
+    "vtools/train/assemble.py": "tests/data/test_sampling.py and tests/cli/test_train_flags.py build through it",
+    "vtools/train/checkpoint.py": "tests/train/test_resume.py writes, reads and restores checkpoints",
+    "vtools/train/recipe.py": "timm's recipe: tests/scripts/test_schedule.py and tests/cli/test_train_flags.py",
+    "vtools/train/run_clock.py": "log lines and ETA: tests/observe/test_data_wait.py",
+    "vtools/train/run_files.py": "tests/train/test_run.py (run.py and run_files.py together)",
+    "vtools/train/run_lock.py": "run folder locks: tests/scripts/test_run_safety.py",
+    "vtools/observe/figures.py": "tests/observe/test_curves.py draws them",
+    "vtools/observe/profiling.py": "tests/scripts/test_profile.py",
+    "vtools/observe/report_plots.py": "tests/evaluation/test_class_report.py draws them",
+    "vtools/bench/loader_ceiling.py": "tests/bench/test_measure.py runs every bench task",
+    "vtools/bench/onepass.py": "tests/bench/test_measure.py runs every bench task",
+    "vtools/bench/photos.py": "tests/bench/test_measure.py runs every bench task",
+    "vtools/bench/plain_loop.py": "tests/bench/test_measure.py runs every bench task",
+    "vtools/commands/bench.py": "tests/bench/test_measure.py",
+    "vtools/commands/compare.py": "tests/evaluation/test_class_report.py runs `vtools compare`",
+    "vtools/commands/env.py": "tests/observe/test_env_report.py",
+    "vtools/commands/export.py": "tests/deploy/test_export.py",
+    "vtools/commands/infer.py": "inference.py: tests/scripts/test_inference.py",
+    "vtools/commands/parity.py": "tests/observe/test_parity.py",
+    "vtools/commands/plot.py": "tests/observe/test_curves.py",
+    "vtools/commands/shards.py": "tests/scripts/test_sources.py",
+    "vtools/commands/train.py": "train.py: tests/scripts/test_train.py",
+    "vtools/commands/validate.py": "validate.py: tests/scripts/test_validate.py",
+}
+
+
+def modules(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / "vtools").rglob("*.py") if p.name != "__init__.py")
+
+
+def mirrored_tests(module: str, root: Path) -> list[str]:
+    """The mirrored test files of ``vtools/<package>/<module>.py``."""
+    path = Path(module)
+    folder = root / "tests" / Path(*path.parts[1:-1])
+    stem = f"test_{path.stem}"
+    return sorted(p.name for p in folder.glob(f"{stem}*.py") if p.stem == stem or p.stem.startswith(stem + "_"))
+
+
+def unmapped(root: Path, reasons: dict[str, str]) -> list[str]:
+    """Modules with neither a mirrored test file nor a reason, reasons for modules that have a file or no
+    longer exist, and test files in package folders named after no module."""
+    found = modules(root)
+    problems = [
+        f"{m}: no tests/…/test_{Path(m).stem}.py and no reason"
+        for m in found
+        if not mirrored_tests(m, root) and m not in reasons
+    ]
+    problems += [
+        f"{m}: listed with a reason but it has a test file" for m in reasons if m in found and mirrored_tests(m, root)
+    ]
+    problems += [f"{m}: listed but not a module" for m in reasons if m not in found]
+    stems = {str(Path(*Path(m).parts[1:-1], Path(m).stem)) for m in found}
+    for test in sorted((root / "tests").rglob("test_*.py")):
+        rel = test.relative_to(root / "tests")
+        if rel.parts[0] in NOT_PACKAGE_FOLDERS and len(rel.parts) > 1:
+            continue
+        name = rel.stem[len("test_") :]
+        owners = [
+            s
+            for s in stems
+            if Path(s).parent == rel.parent and (name == Path(s).name or name.startswith(Path(s).name + "_"))
+        ]
+        if not owners:
+            problems.append(f"tests/{rel.as_posix()}: named after no module of vtools/{rel.parent.as_posix()}")
+    return problems
+
+
+def test_every_module_has_its_test_file_or_a_reason() -> None:
+    problems = unmapped(REPO, TESTED_ELSEWHERE)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_finds_a_module_without_tests(tmp_path: Path) -> None:
+    (tmp_path / "vtools" / "train").mkdir(parents=True)
+    (tmp_path / "tests" / "train").mkdir(parents=True)
+    for name in ("loop.py", "resume.py", "lock.py"):
+        (tmp_path / "vtools" / "train" / name).write_text("")
+    (tmp_path / "tests" / "train" / "test_loop.py").write_text("")
+    (tmp_path / "tests" / "train" / "test_resume_state.py").write_text("")
+    (tmp_path / "tests" / "train" / "test_stray.py").write_text("")
+    assert unmapped(tmp_path, {"vtools/train/lock.py": "elsewhere"}) == [
+        "tests/train/test_stray.py: named after no module of vtools/train"
+    ]
+    assert unmapped(tmp_path, {}) == [
+        "vtools/train/lock.py: no tests/…/test_lock.py and no reason",
+        "tests/train/test_stray.py: named after no module of vtools/train",
+    ]
+    assert unmapped(tmp_path, {"vtools/train/loop.py": "x", "vtools/train/lock.py": "y"}) == [
+        "vtools/train/loop.py: listed with a reason but it has a test file",
+        "tests/train/test_stray.py: named after no module of vtools/train",
+    ]

@@ -1,0 +1,123 @@
+"""vtools/train/run.py and run_files.py: the training run's decisions between its verbs (which epochs
+validate, what counts as a stop inside an epoch, when a run stops after one) and the rows it writes.
+Whole runs through these verbs: tests/scripts/test_train.py."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from vtools.data.readers.registry import Source
+from vtools.errors import UsageError
+from vtools.evaluation.loops import EvalResult
+from vtools.train.loop import EpochResult
+from vtools.train.resume import Position
+from vtools.train.run import EpochSettings, TrainingRun, check_labels_fit
+from vtools.train.run_files import summary_row
+
+pytestmark = pytest.mark.cpu_only(reason="host-side decisions; the device runs are tests/scripts/test_train.py's")
+
+ARGS = argparse.Namespace(
+    val_interval=3,
+    log_interval=5,
+    batch_size=8,
+    mixup_off_epoch=0,
+    eval_metric="top1",
+    dist_bn="reduce",
+    sync_bn=False,
+    model_ema_force_cpu=False,
+)
+
+
+class Recorder:
+    """A checkpoint manager that records waits, and a stop whose agreement is given."""
+
+    def __init__(self, agreed: bool = False) -> None:
+        self.waits = 0
+        self._agreed = agreed
+
+    def wait(self) -> None:
+        self.waits += 1
+
+    def agreed(self, num_updates: int = 0, now: bool = False) -> bool:
+        return self._agreed
+
+
+def a_run(num_epochs: int, manager: Recorder | None = None, first_epoch: int = 0) -> TrainingRun:
+    """A run with only what the decisions read (the rest is never reached)."""
+    nothing = None
+    return TrainingRun(
+        EpochSettings.from_args(ARGS),
+        data=nothing,
+        parts=nothing,
+        loaders=nothing,
+        manager=manager,
+        claim=nothing,
+        dist_info=nothing,
+        lr=0.1,
+        num_epochs=num_epochs,
+        position=Position(epoch=first_epoch),
+        decode_during_validation=False,
+        checkpoint_state=lambda where, result: None,
+        empty_model=lambda: None,
+    )
+
+
+def an_epoch(interrupted: bool = False, steps: int = 4) -> EpochResult:
+    return EpochResult(
+        loss=1.0, samples=32, seconds=2.0, data_seconds=0.5, steps=steps, skipped_updates=0, interrupted=interrupted
+    )
+
+
+METRICS = EvalResult(top1=50.0, top5=90.0, loss=0.7, count=30, seconds=1.0)
+
+
+def test_the_settings_are_the_few_options_the_verbs_read() -> None:
+    settings = EpochSettings.from_args(ARGS)
+    assert (settings.val_interval, settings.batch_size, settings.eval_metric) == (3, 8, "top1")
+    assert (settings.dist_bn, settings.sync_bn, settings.ema_force_cpu) == ("reduce", False, False)
+
+
+def test_epochs_validate_on_the_interval_and_the_last_one_always() -> None:
+    run = a_run(num_epochs=7)
+    assert [epoch for epoch in range(7) if run.validates(epoch)] == [2, 5, 6]
+    assert list(a_run(num_epochs=7, first_epoch=4).epochs()) == [4, 5, 6]
+
+
+def test_a_stop_during_training_or_validation_is_a_stop_within_the_epoch() -> None:
+    run = a_run(num_epochs=6)
+    assert run.stopped_within(0, an_epoch(interrupted=True), None)
+    assert run.stopped_within(2, an_epoch(), None)  # a validating epoch whose validation a signal stopped
+    assert not run.stopped_within(0, an_epoch(), None)  # --val-interval skips epoch 0's validation
+    assert not run.stopped_within(2, an_epoch(), METRICS)
+
+
+def test_a_run_stops_after_an_epoch_once_its_checkpoint_is_whole_but_finishes_after_the_last() -> None:
+    manager = Recorder()
+    assert a_run(num_epochs=3, manager=manager).stops_after(1, Recorder(agreed=True))
+    assert manager.waits == 1
+    assert not a_run(num_epochs=3, manager=manager).stops_after(2, Recorder(agreed=True))  # finishes instead
+    assert not a_run(num_epochs=3, manager=manager).stops_after(0, Recorder(agreed=False))
+    assert manager.waits == 1
+
+
+def test_fewer_outputs_than_the_training_labels_stop_in_one_line() -> None:
+    source = Source(SimpleNamespace(labels=[0, 4, 2]), None, "the folder data/x/train")
+    check_labels_fit(source, None, 5)
+    with pytest.raises(UsageError) as refused:
+        check_labels_fit(source, None, 4)
+    assert str(refused.value).startswith("--num-classes 4 is fewer than the 5 classes of the folder data/x/train")
+    assert "\n" not in str(refused.value)
+    named_only = Source(SimpleNamespace(labels=None), None, "a dataset")  # labels known once images are read
+    with pytest.raises(UsageError, match="fewer than the 3 classes"):
+        check_labels_fit(named_only, ["a", "b", "c"], 2)
+
+
+def test_a_summary_row_leaves_what_the_epoch_did_not_measure_empty() -> None:
+    validated = summary_row(4, an_epoch(), METRICS, 0.01)
+    assert (validated["eval_top1"], validated["eval_samples"], validated["img_per_sec"]) == (50.0, 30, 16.0)
+    skipped = summary_row(5, an_epoch(steps=0), None, 0.01)  # not validated, trained before a resume
+    assert skipped["eval_loss"] == skipped["eval_top1"] == skipped["img_per_sec"] == skipped["data_wait"] == ""
+    assert skipped["train_loss"] == 1.0 and skipped["epoch"] == 5
