@@ -5,7 +5,7 @@
     python3 tools/mutation_score.py --survivors      # the table again, and the survivors, from mutants/
 
 GROUPS names the functions (mutmut's mutant-name patterns, in the files pyproject.toml's [tool.mutmut] lists):
-top-k and the metrics, the class report, the per-sample outcomes and their gather, the training and
+top-k and the metrics, the best-epoch rule, the class report, the per-sample outcomes and their gather, the training and
 validation samplers, the training step, the schedule driver, the checkpoint and resume state, the export's
 parity check, and the readers' labels. Each mutant faces the fast-tier test files pyproject.toml lists
 (mutmut runs only the tests that reach the mutated function).
@@ -39,6 +39,7 @@ GROUPS = {  # run in this order: what decides reported numbers first
         "vtools.evaluation.metrics.x__ratio__mutmut_*",
         "vtools.evaluation.metrics.x_per_class_scores__mutmut_*",
         f"vtools.evaluation.metrics.x{C}ClassCounts{C}*",
+        "vtools.evaluation.best_epoch.x_*__mutmut_*",
         f"vtools.data.sampling.x{C}EpochSampler{C}*",
         "vtools.data.sampling.x_sample_seed__mutmut_*",
         f"vtools.runtime.distributed.x{C}ShardSampler{C}*",
