@@ -7,6 +7,7 @@ device does, which is the point: no test here mocks ``torch.npu`` alone.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import shutil
@@ -339,3 +340,16 @@ def torchrun(args: list[str], processes: int = 2) -> list[str]:
         str(free_port()),
         *args,
     ]
+
+
+def acting_dests(parser: argparse.ArgumentParser, not_options: set[str] = frozenset({"help"})) -> set[str]:
+    """The dests of ``parser``'s flags that change a run: all but ``not_options`` and the timm flags
+    accepted as no-ops or refused. What a completeness test compares with the typed options' fields."""
+    from vtools.cli.timm_compat import no_op_flags, refused_flags
+
+    inert = {*refused_flags(parser), *no_op_flags(parser)}
+    return {
+        action.dest
+        for action in parser._actions
+        if action.dest not in not_options and max(action.option_strings or [action.dest], key=len) not in inert
+    }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -12,7 +12,14 @@ import torch
 
 from tests.conftest import REPO, device_flags, run_script
 from vtools.bench.measure import measure
+from vtools.bench.options import BenchOptions
+from vtools.cli.typed import typed_options
 from vtools.commands.bench import build_parser
+
+
+def _options(argv: list[str]) -> BenchOptions:
+    """The bench's options for ``argv``, built as its command builds them."""
+    return typed_options(BenchOptions, build_parser().parse_args(argv))
 
 
 @pytest.mark.cpu_only(
@@ -150,7 +157,7 @@ def test_bench_measures_the_real_loops(
         *device_flags(device.type),
     ]
     try:
-        row = measure(task, mode, "folder", build_parser().parse_args(argv))
+        row = measure(task, mode, "folder", _options(argv))
     finally:
         torch.set_num_threads(threads)
     assert seen == [3], f"{loop} consumed {seen} batches, expected 3 (1 warm-up + 2 timed)"
@@ -206,11 +213,11 @@ def test_loader_ceiling_measures_train_pys_loader_and_timms(
     monkeypatch.setattr("vtools.train.assemble.eval_transform", lambda *a, **k: counting("eval", real_eval(*a, **k)))
     monkeypatch.setattr("timm.data.create_loader", counting("timm", timm.data.create_loader))
     argv = ["--data", str(tmp_path), "--steps", "2", "--warmup", "1", "--batch-size", "2", "--workers", "0"]
-    args = build_parser().parse_args([*argv, "--model", "test_resnet", *device_flags(device.type)])
+    options = _options([*argv, "--model", "test_resnet", *device_flags(device.type)])
     threads = torch.get_num_threads()
     try:
-        ours = measure_loader("vtools", split, args)
-        theirs = measure_loader("baseline", split, args)
+        ours = measure_loader("vtools", split, options)
+        theirs = measure_loader("baseline", split, options)
     finally:
         torch.set_num_threads(threads)
     images = 3 * 2  # 1 warm-up + 2 timed batches of 2; a device with streams prepares one batch ahead
@@ -245,16 +252,16 @@ def test_onepass_model_alone_runs_the_epochs_steps(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(vtools.train.loop, "train_one_epoch", spy("train", vtools.train.loop.train_one_epoch))
     monkeypatch.setattr(vtools.evaluation.loops, "evaluate", spy("eval", vtools.evaluation.loops.evaluate))
     data = str(REPO / "data/fashion-mnist-mini")
-    args = build_parser().parse_args(["--model", "test_resnet", "--data", data, "--device", "cpu", "--workers", "0"])
+    options = _options(["--model", "test_resnet", "--data", data, "--device", "cpu", "--workers", "0"])
     threads = torch.get_num_threads()
     try:
-        row = onepass.measure_model_epoch(args)
+        row = onepass.measure_model_epoch(options)
     finally:
         torch.set_num_threads(threads)
     train_images, val_images = onepass.split_counts(data)
     assert seen == {"train": [onepass.PROBE_STEPS] * 2 + [train_images // 128], "eval": [-(-val_images // 128)]}
     assert row["wall_s"] > 0 and isinstance(row["channels_last"], bool)
-    commands = onepass.run_commands(argparse.Namespace(**{**vars(args), "timm_train": "timm/train.py"}), "out")
+    commands = onepass.run_commands(dataclasses.replace(options, timm_train="timm/train.py"), "out")
     ours, timms = commands["vtools"], commands["baseline"]
     assert ours[ours.index("--img-size") :] == timms[timms.index("--img-size") :]
     parsed = timm_parser("train.py").parse_args(timms[timms.index("--data-dir") :])

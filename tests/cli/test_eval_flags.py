@@ -298,11 +298,11 @@ def test_retry_decays_the_batch_like_timm(
     tried: list[int] = []
     real_validate_one = validate.validate_one
 
-    def validate_one(args, model_name, checkpoint, runtime, report_dir=None):
-        tried.append(args.batch_size)
-        if args.batch_size > 4:
+    def validate_one(args, options, model_name, checkpoint, runtime, report_dir=None):
+        tried.append(options.evaluation.batch_size)
+        if options.evaluation.batch_size > 4:
             raise torch.OutOfMemoryError("out of memory: tried to allocate 2.00 GiB")
-        return real_validate_one(args, model_name, checkpoint, runtime, report_dir)
+        return real_validate_one(args, options, model_name, checkpoint, runtime, report_dir)
 
     monkeypatch.setattr(validate, "validate_one", validate_one)
     args = [str(custom_images), "--device", "cpu", "--model", str(custom_model_dir), "--batch-size", "16"]

@@ -7,7 +7,6 @@ transform or model factory), never with a value this project computed.
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -33,16 +32,19 @@ from tests.conftest import (
     write_model_folder,
 )
 from vtools.cli.train_flags import build_parser
+from vtools.cli.typed import typed_options
 from vtools.data.sampling import EpochSampler, sample_seed
 from vtools.errors import UsageError
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_distillation, build_model
+from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents
 
 
-def train_flags(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["--data-dir", "unused", *argv])
+def train_flags(*argv: str) -> TrainJob:
+    """The typed job train.py's edge builds from these flags."""
+    return typed_options(TrainJob, build_parser().parse_args(["--data-dir", "unused", *argv]))
 
 
 # ---------------------------------------------------------------- --aug-repeats
@@ -106,9 +108,9 @@ def teacher_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_distillation_loss_equals_timms_task(device: torch.device, teacher_folder: Path) -> None:
     torch.manual_seed(0)
     student = timm.create_model("test_resnet", num_classes=4).to(device)
-    args = train_flags("--kd-model-name", str(teacher_folder), "--kd-temperature", "2", "--task-loss-weight", "0.3")
-    criterion = recipe.build_train_loss(args, mixup_active=False).to(device)
-    ours = build_distillation(args, student, criterion, device)
+    job = train_flags("--kd-model-name", str(teacher_folder), "--kd-temperature", "2", "--task-loss-weight", "0.3")
+    criterion = recipe.build_train_loss(job.augment, mixup_active=False).to(device)
+    ours = build_distillation(job.distill, None, student, criterion, device)
     parts = TrainComponents(student, torch.optim.SGD(student.parameters(), lr=0.1), criterion, None, device, task=ours)
     from safetensors.torch import load_file
 
@@ -136,12 +138,12 @@ def test_a_teacher_of_other_classes_is_refused(device: torch.device, teacher_fol
     student trained on noise, exit 0); the teacher keeps its own and a class count unlike the student's
     stops the run in one line."""
     student = timm.create_model("test_resnet", num_classes=3).to(device)
-    args = train_flags("--kd-model-name", str(teacher_folder))  # 4 classes
-    criterion = recipe.build_train_loss(args, mixup_active=False).to(device)
+    job = train_flags("--kd-model-name", str(teacher_folder))  # 4 classes
+    criterion = recipe.build_train_loss(job.augment, mixup_active=False).to(device)
     with pytest.raises(UsageError, match=f"--kd-model-name {teacher_folder} predicts 4 classes and the student 3"):
-        build_distillation(args, student, criterion, device)
+        build_distillation(job.distill, None, student, criterion, device)
     student = timm.create_model("test_resnet", num_classes=4).to(device)  # the same classes: taken as it is
-    task = build_distillation(args, student, criterion, device)
+    task = build_distillation(job.distill, None, student, criterion, device)
     assert task is not None and task.teacher.model.num_classes == 4
 
 
@@ -203,7 +205,8 @@ def _share_bn(rank: int, port: int, out: str) -> None:
 
 @pytest.mark.slow  # two processes
 @pytest.mark.cpu_only(
-    reason="distribute_bn is device-agnostic c10d; 2-rank npu runs (emulated hccl, --dist-bn reduce): tests/scripts/test_train.py"
+    reason="distribute_bn is device-agnostic c10d; 2-rank npu runs (emulated hccl, --dist-bn reduce): "
+    "tests/scripts/test_train.py"
 )
 def test_dist_bn_shares_running_statistics_as_timm(tmp_path: Path) -> None:
     """After an epoch, timm's distribute_bn: reduce averages the ranks' statistics, broadcast copies rank 0's,
@@ -234,8 +237,8 @@ def test_agc_clipping_leaves_the_classifier_out_as_timm(device: torch.device) ->
 @pytest.mark.parametrize("name", ["ghostnet_050", "rexnet_100", "repghostnet_050", "legacy_seresnet18"])
 def test_drop_defaults_to_timms_zero(name: str) -> None:
     """Models whose own dropout is 0.2 train with timm's --drop default, 0."""
-    args = train_flags("--model", name)
-    model = build_model(args, 10, torch.device("cpu"))
+    job = train_flags("--model", name)
+    model = build_model(job.model, 10, torch.device("cpu"))
     reference = timm.create_model(name, num_classes=10, drop_rate=0.0)
     assert model.drop_rate == reference.drop_rate == 0.0
     assert timm.create_model(name, num_classes=10).drop_rate > 0  # the model's own default, not taken
@@ -243,9 +246,9 @@ def test_drop_defaults_to_timms_zero(name: str) -> None:
 
 def test_no_aug_resizes_with_the_models_interpolation() -> None:
     model = timm.create_model("vit_tiny_patch16_224", num_classes=4)  # bicubic in its pretrained config
-    args = train_flags("--no-aug")
+    job = train_flags("--no-aug")
     data_config = resolve_data_config({}, model=model)
-    ours = recipe.build_train_transform(args, data_config)
+    ours = recipe.build_train_transform(job.augment, data_config)
     reference = create_transform(
         data_config["input_size"],
         is_training=True,
@@ -264,8 +267,8 @@ def test_no_aug_resizes_with_the_models_interpolation() -> None:
 def test_loss_choice_follows_timms_train_py(bce: bool, smoothing: float, mixup: bool) -> None:
     """timm's train.py: mixup -> BCE or soft-target CE; else smoothing -> BCE or label smoothing; else plain
     cross-entropy, --bce-loss or not."""
-    args = train_flags("--smoothing", str(smoothing), *(["--bce-loss", "--bce-sum"] if bce else []))
-    loss = recipe.build_train_loss(args, mixup_active=mixup)
+    job = train_flags("--smoothing", str(smoothing), *(["--bce-loss", "--bce-sum"] if bce else []))
+    loss = recipe.build_train_loss(job.augment, mixup_active=mixup)
     if mixup:
         expected = BinaryCrossEntropy if bce else SoftTargetCrossEntropy
     elif smoothing:
@@ -286,8 +289,8 @@ def test_pretrained_path_adapts_the_classifier_and_keeps_the_rest(tmp_path: Path
 
     source = timm.create_model("test_resnet", num_classes=10)
     save_file(source.state_dict(), str(tmp_path / "w.safetensors"))
-    args = train_flags("--model", "test_resnet", "--pretrained-path", str(tmp_path / "w.safetensors"))
-    model = build_model(args, 4, torch.device("cpu"))
+    job = train_flags("--model", "test_resnet", "--pretrained-path", str(tmp_path / "w.safetensors"))
+    model = build_model(job.model, 4, torch.device("cpu"))
     head = model.pretrained_cfg["classifier"]
     body = {k: v for k, v in model.state_dict().items() if not k.startswith(head)}
     assert_same_weights(body, {k: v for k, v in source.state_dict().items() if not k.startswith(head)})
@@ -296,9 +299,9 @@ def test_pretrained_path_adapts_the_classifier_and_keeps_the_rest(tmp_path: Path
 
 def test_head_init_and_grad_checkpointing_as_timm() -> None:
     torch.manual_seed(0)
-    plain = build_model(train_flags("--model", "vit_tiny_patch16_224"), 4, torch.device("cpu"))
+    plain = build_model(train_flags("--model", "vit_tiny_patch16_224").model, 4, torch.device("cpu"))
     torch.manual_seed(0)
-    args = train_flags(
+    job = train_flags(
         "--model",
         "vit_tiny_patch16_224",
         "--head-init-scale",
@@ -307,13 +310,15 @@ def test_head_init_and_grad_checkpointing_as_timm() -> None:
         "-2",
         "--grad-checkpointing",
     )
-    model = build_model(args, 4, torch.device("cpu"))
+    model = build_model(job.model, 4, torch.device("cpu"))
     assert torch.equal(model.get_classifier().weight, plain.get_classifier().weight * 0.001)
     assert torch.equal(model.get_classifier().bias, torch.full((4,), -2.0))
     assert model.grad_checkpointing
 
 
-@pytest.mark.cpu_only(reason="the schedule is host-side arithmetic; resumed positions on npu: tests/scripts/test_train.py")
+@pytest.mark.cpu_only(
+    reason="the schedule is host-side arithmetic; resumed positions on npu: tests/scripts/test_train.py"
+)
 def test_start_epoch_begins_the_schedule_there(fashion4: Path, tmp_path: Path) -> None:
     """--start-epoch 2 of 3: one epoch runs, at the rate epoch 2 of the full schedule has."""
     base = ["--epochs", "3", "--warmup-epochs", "0", "--device", "cpu", "--sched", "cosine"]
@@ -324,7 +329,9 @@ def test_start_epoch_begins_the_schedule_there(fashion4: Path, tmp_path: Path) -
     assert [r["epoch"] for r in summary(tmp_path / "late")] == ["2"]
 
 
-@pytest.mark.npu_only(reason="on cpu a run from timm's args.yaml trains with --aug-repeats 3 (tests/cli/test_timm_compat.py)")
+@pytest.mark.npu_only(
+    reason="on cpu a run from timm's args.yaml trains with --aug-repeats 3 (tests/cli/test_timm_compat.py)"
+)
 def test_aug_repeats_trains_on_the_emulated_npu_too(fashion4: Path, tmp_path: Path) -> None:
     flags = ["--aug-repeats", "3", "--epochs", "1", *device_flags("npu")]
     proc = run_script(train_args(fashion4, tmp_path, "rep", *flags))

@@ -141,11 +141,16 @@ def test_whole_training_transforms_run(aa: str, channels: int) -> None:
     edge in 2 to 5 of them), each a uint8 tensor of the model's shape. The builder registers the ops itself
     (this test asks for no fixture that does)."""
     from vtools.cli.train_flags import build_parser
+    from vtools.cli.typed import typed_options
+    from vtools.train.job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--aa", aa])
     mean = (0.485, 0.456, 0.406) if channels == 3 else (0.449,)
-    transform = build_train_transform(args, {"input_size": (channels, 32, 32), "mean": mean, "std": (0.25,) * channels})
+    transform = build_train_transform(
+        typed_options(TrainJob, args).augment,
+        {"input_size": (channels, 32, 32), "mean": mean, "std": (0.25,) * channels},
+    )
     image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8))
     image = image.convert("L" if channels == 1 else "RGB")
     random.seed(0)
@@ -160,11 +165,15 @@ def test_building_the_training_transform_registers_the_ops(timm_as_shipped: None
     """In a process that never registered, build_train_transform puts the wrapped ops in timm's table before
     it builds (each op keeps the function it found), and the transform pickles, for spawned workers."""
     from vtools.cli.train_flags import build_parser
+    from vtools.cli.typed import typed_options
+    from vtools.train.job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     assert not isinstance(auto_augment.NAME_TO_OP["PosterizeIncreasing"], augment_ops.FillMatched)
     args = build_parser().parse_args(["--aa", "rand-m9-mstd0.5-inc1"])
-    transform = build_train_transform(args, {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3})
+    transform = build_train_transform(
+        typed_options(TrainJob, args).augment, {"input_size": (3, 32, 32), "mean": (0.5,) * 3, "std": (0.5,) * 3}
+    )
     copy = pickle.loads(pickle.dumps(transform))
     (rand_augment,) = [t for t in copy.transforms if isinstance(t, auto_augment.RandAugment)]
     assert all(isinstance(op.aug_fn, augment_ops.FillMatched) for op in rand_augment.ops)

@@ -3,7 +3,6 @@ vtools/data/readers/): the defaults live in one place, and a Source asks its sto
 
 from __future__ import annotations
 
-import argparse
 import ast
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from torch.utils.data import Dataset
 from tests.conftest import REPO
 from vtools.data.datasets import FileSamples, SampleStore
 from vtools.data.readers.hfds import TableSamples
-from vtools.data.readers.registry import Source, SourceRequest
+from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest
 from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples
 from vtools.data.readers.wds import ShardSamples
 
@@ -67,7 +66,7 @@ def test_the_highest_label_comes_from_stored_labels_else_the_class_names() -> No
 
 
 def test_a_request_is_built_from_the_shared_data_flags() -> None:
-    flags = argparse.Namespace(dataset="wds/x", dataset_download=True, input_key="jpg", target_key="cls")
+    flags = DatasetOptions(dataset="wds/x", dataset_download=True, input_key="jpg", target_key="cls")
     request = SourceRequest.for_split(flags, "/data", "train", {"a": 0})
     assert request == SourceRequest("wds/x", "/data", "train", True, "jpg", "cls", {"a": 0})
 

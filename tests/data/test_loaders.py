@@ -27,10 +27,14 @@ VAL = REPO / "data/fashion-mnist-mini/val"
 
 def _train_transform():
     from vtools.cli.train_flags import build_parser
+    from vtools.cli.typed import typed_options
+    from vtools.train.job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--scale", "0.5", "1.0", "--hflip", "0.5", "--color-jitter", "0.4"])
-    return build_train_transform(args, {"input_size": (3, 24, 24), "mean": (0.5,) * 3, "std": (0.5,) * 3})
+    return build_train_transform(
+        typed_options(TrainJob, args).augment, {"input_size": (3, 24, 24), "mean": (0.5,) * 3, "std": (0.5,) * 3}
+    )
 
 
 def _counting_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -9,7 +9,6 @@ A sampler that ignored its rank would hand every rank the same share: these prop
 
 from __future__ import annotations
 
-import argparse
 import itertools
 
 import pytest
@@ -22,10 +21,9 @@ pytestmark = pytest.mark.cpu_only(reason="samplers yield indices on the host")
 
 def shares(length: int, world: int, epoch: int, repeats: float = 0) -> list[list[tuple[int, ...]]]:
     """Every rank's keys for ``epoch``: (epoch, index) or, with repeats, (epoch, index, position)."""
-    args = argparse.Namespace(seed=7, aug_repeats=repeats)
     result = []
     for rank in range(world):
-        sampler = train_sampler(length, args, DistInfo(rank, world))
+        sampler = train_sampler(length, 7, repeats, DistInfo(rank, world))
         sampler.set_epoch(epoch)
         keys = list(sampler)
         assert len(keys) == len(sampler)
@@ -113,10 +111,9 @@ def test_a_sampler_without_ranks_is_the_whole_shuffled_set_from_epoch_0() -> Non
 @pytest.mark.parametrize("repeats", [0, 3])
 def test_a_resumed_epoch_skips_exactly_what_was_trained(repeats: int) -> None:
     """set_epoch(e, skip_samples=k) continues epoch e after its first k samples, keys and all."""
-    args = argparse.Namespace(seed=7, aug_repeats=repeats)
-    whole = train_sampler(30, args, DistInfo(1, 2))
+    whole = train_sampler(30, 7, repeats, DistInfo(1, 2))
     whole.set_epoch(2)
-    resumed = train_sampler(30, args, DistInfo(1, 2))
+    resumed = train_sampler(30, 7, repeats, DistInfo(1, 2))
     resumed.set_epoch(2, skip_samples=4)
     keys = list(resumed)
     assert keys == list(whole)[4:] and len(resumed) == len(keys) and {key[0] for key in keys} == {2}

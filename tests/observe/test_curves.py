@@ -10,7 +10,9 @@ from PIL import Image
 
 from tests.conftest import run_script, summary, train_args
 
-pytestmark = pytest.mark.cpu_only(reason="logging and drawing are host-side; device training: tests/scripts/test_train.py")
+pytestmark = pytest.mark.cpu_only(
+    reason="logging and drawing are host-side; device training: tests/scripts/test_train.py"
+)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,6 @@ TESTED_ELSEWHERE = {
     "vtools/evaluation/predictions.py": "tests/evaluation/test_class_report.py collects them on every device",
     "vtools/evaluation/report_compare.py": "tests/evaluation/test_class_report.py compares two reports",
     "vtools/evaluation/report_files.py": "tests/evaluation/test_class_report.py writes and reads them",
-    "vtools/evaluation/validation.py": "one validated pair: tests/scripts/test_validate.py",
     "vtools/train/assemble.py": "tests/data/test_sampling.py and tests/cli/test_train_flags.py build through it",
     "vtools/train/checkpoint.py": "tests/train/test_resume.py writes, reads and restores checkpoints",
     "vtools/train/recipe.py": "timm's recipe: tests/scripts/test_schedule.py and tests/cli/test_train_flags.py",

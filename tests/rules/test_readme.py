@@ -247,6 +247,12 @@ def test_the_readme_fine_tune_example_runs_on_a_folder_of_seven_images(tmp_path)
     assert [int(row["epoch"]) for row in rows] == list(range(10))
     assert all(float(row["img_per_sec"]) > 0 for row in rows)  # every epoch trained its one batch
     assert (run / "model" / "model.safetensors").is_file()
+    # the size trained with is what config.yaml and the checkpoint record: train.py -c and a resume agree
+    import torch
+    import yaml
+
+    assert yaml.safe_load((run / "config.yaml").read_text())["batch_size"] == 7
+    assert torch.load(run / "last.pth.tar", map_location="cpu", weights_only=True)["args"]["batch_size"] == 7
     checkpoints = sorted(run.glob("*.pth.tar"))
     last = (run / "last.pth.tar").stat().st_size
     assert len(checkpoints) <= 3, checkpoints  # last, the best, one numbered (timm's default keeps ten)

@@ -229,7 +229,9 @@ def _srun(args: list[str], tasks: int = 2) -> list[tuple[int, str, str]]:
     return results
 
 
-@pytest.mark.cpu_only(reason="srun only changes how ranks learn their place; 2-rank runs on npu (hccl): tests/scripts/test_train.py")
+@pytest.mark.cpu_only(
+    reason="srun only changes how ranks learn their place; 2-rank runs on npu (hccl): tests/scripts/test_train.py"
+)
 def test_two_srun_tasks_train_as_the_torchrun_run(fashion4: Path, tmp_path: Path) -> None:
     common = ["--device", "cpu", "--epochs", "2", "--batch-size", "16", "--drop", "0.3"]
     results = _srun(train_args(fashion4, tmp_path / "srun", "run", *common))

@@ -411,7 +411,9 @@ def test_a_terminal_that_closes_is_said_in_the_log(fashion4: Path, tmp_path: Pat
     assert "SIGHUP: saved a resumable checkpoint" in log or "SIGHUP: stopping after epoch" in log, log
 
 
-@pytest.mark.cpu_only(reason="drawing and the run's last lines are host-side; device training: tests/scripts/test_train.py")
+@pytest.mark.cpu_only(
+    reason="drawing and the run's last lines are host-side; device training: tests/scripts/test_train.py"
+)
 def test_without_matplotlib_the_last_line_lists_only_what_the_run_wrote(fashion4: Path, tmp_path: Path) -> None:
     """No matplotlib: the run says it cannot draw curves.png, and its last line and its ledger do not name
     one; resumed so, a curves.png drawn before the resume (now out of date) goes, said in the same line."""

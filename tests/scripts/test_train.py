@@ -770,3 +770,21 @@ def test_a_run_checkpoint_validates_with_the_runs_preprocessing(fashion4: Path, 
     assert validated["loss"] == pytest.approx(float(row["eval_loss"]), rel=1e-4)
     assert run_script([*common, "--img-size", "48"]).returncode == 0
     assert json.loads(results.read_text())[0]["img_size"] == 48
+
+
+@pytest.mark.cpu_only(reason="the seam's result is host-side; the runs it wraps are tested on every device above")
+def test_train_run_says_how_the_run_ended(fashion4: Path, tmp_path: Path) -> None:
+    """train_run (the seam the Python API calls) trains as train.py does and returns the run's folder, its
+    model folder and the summary.csv rows it wrote."""
+    from vtools.cli.train_flags import parse
+    from vtools.commands import train
+
+    argv = train_args(fashion4, tmp_path, "outcome", "--device", "cpu", "--epochs", "1", "--workers", "0")
+    outcome = train.train_run(parse(argv[1:]))
+    assert (outcome.code, outcome.folder, outcome.model_dir) == (
+        0,
+        tmp_path / "outcome",
+        tmp_path / "outcome" / "model",
+    )
+    assert (outcome.model_dir / "config.json").is_file()
+    assert outcome.summary == summary(outcome.folder) and [row["epoch"] for row in outcome.summary] == ["0"]

@@ -15,11 +15,13 @@ from timm.optim import create_optimizer_v2
 
 from tests.conftest import REPO, run_script
 from vtools.cli.train_flags import build_parser
+from vtools.cli.typed import typed_options
 from vtools.data.datasets import ImageFiles
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.runtime.device import fused_optimizer
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager
+from vtools.train.job import TrainJob
 from vtools.train.recipe import build_optimizer, load_optimizer_state
 
 
@@ -50,7 +52,7 @@ def test_optimizer_steps_follow_timms_optimizer(device: torch.device, opt: str) 
     ours_model = timm.create_model("test_resnet", num_classes=5).to(device)
     timm_model = copy.deepcopy(ours_model)
     args = build_parser().parse_args(["--opt", opt, "--weight-decay", "0.05", "--momentum", "0.9"])
-    ours = build_optimizer(ours_model, args, lr=0.01)
+    ours = build_optimizer(ours_model, typed_options(TrainJob, args).optim, lr=0.01)
     reference = create_optimizer_v2(timm_model, opt, lr=0.01, weight_decay=0.05, momentum=0.9)
     assert bool(ours.param_groups[0].get("fused")) == (fused_optimizer(device) and opt != "lamb")
     images = torch.randn(4, 3, 32, 32, device=device)
@@ -106,7 +108,7 @@ def test_train_transform_is_timms(jitter: float) -> None:
 
     args = build_parser().parse_args(["--color-jitter", str(jitter), "--scale", "0.5", "1.0", "--hflip", "0.5"])
     config = {"input_size": (3, 24, 24), "mean": (0.5,) * 3, "std": (0.5,) * 3}
-    ours = build_train_transform(args, config)
+    ours = build_train_transform(typed_options(TrainJob, args).augment, config)
     theirs = create_transform(
         (3, 24, 24),
         is_training=True,
@@ -134,10 +136,10 @@ def test_a_checkpoint_resumes_on_a_device_without_fused_steps(device: torch.devi
     implementation flags, so the step runs where fused kernels do not exist (the emulated npu)."""
     args = build_parser().parse_args(["--opt", "sgd"])
     torch.manual_seed(0)
-    saved_on_cpu = build_optimizer(torch.nn.Linear(4, 3), args, lr=0.1)
+    saved_on_cpu = build_optimizer(torch.nn.Linear(4, 3), typed_options(TrainJob, args).optim, lr=0.1)
     assert saved_on_cpu.param_groups[0]["fused"]
     model = torch.nn.Linear(4, 3).to(device)
-    optimizer = build_optimizer(model, args, lr=0.1)
+    optimizer = build_optimizer(model, typed_options(TrainJob, args).optim, lr=0.1)
     flags = [group.get("fused") for group in optimizer.param_groups]
     load_optimizer_state(optimizer, saved_on_cpu.state_dict())
     assert [group.get("fused") for group in optimizer.param_groups] == flags

@@ -17,12 +17,14 @@ import torch
 from torch.utils.data import Dataset
 
 from tests.conftest import load_emulated_npu
+from vtools.cli.typed import typed_options
 from vtools.commands import train
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.evaluation.loops import evaluate, predict
 from vtools.evaluation.predictions import PredictionLog
 from vtools.runtime.amp import resolve_amp
 from vtools.train import recipe
+from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents, train_one_epoch
 
 load_emulated_npu()
@@ -64,24 +66,24 @@ def syncs(run: Callable[[], object]) -> int:
 
 def recipe_components(extra: list[str]) -> TrainComponents:
     """A model and the real recipe (optimizer, schedule, loss, mixup, EMA) from train.py's own flags."""
-    args = train.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra])
+    job = typed_options(TrainJob, train.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra]))
     torch.manual_seed(0)
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
-    optimizer = recipe.build_optimizer(model, args, args.lr)
-    mixup = recipe.build_mixup(args, CLASSES)
-    scheduler, _ = recipe.build_scheduler(optimizer, args, updates_per_epoch=8)
+    optimizer = recipe.build_optimizer(model, job.optim, job.optim.lr)
+    mixup = recipe.build_mixup(job.augment, CLASSES)
+    scheduler, _ = recipe.build_scheduler(optimizer, job.optim, 8, job.run.eval_metric, job.run.seed)
     return TrainComponents(
         model=model,
         optimizer=optimizer,
-        loss_fn=recipe.build_train_loss(args, mixup is not None),
-        amp=resolve_amp(NPU, args.amp),
+        loss_fn=recipe.build_train_loss(job.augment, mixup is not None),
+        amp=resolve_amp(NPU, job.runtime.amp),
         device=NPU,
         scaler=None,
         scheduler=scheduler,
         mixup=mixup,
-        ema=recipe.build_ema(model, args),
-        clip_grad=args.clip_grad,
-        grad_accum_steps=args.grad_accum_steps,
+        ema=recipe.build_ema(model, job.optim),
+        clip_grad=job.optim.clip_grad,
+        grad_accum_steps=job.optim.grad_accum_steps,
     )
 
 

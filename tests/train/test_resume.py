@@ -17,7 +17,9 @@ import pytest
 import torch
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
+from vtools.cli.options import resume_changeable
 from vtools.cli.train_flags import build_parser
+from vtools.cli.typed import typed_options
 from vtools.data.loaders import Batch
 from vtools.errors import RunFailed, UsageError
 from vtools.runtime.amp import resolve_amp
@@ -25,8 +27,16 @@ from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_components
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, host_copy, load_training_state
+from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents, train_one_epoch
-from vtools.train.resume import Position, restore, start_at_epoch, training_state
+from vtools.train.resume import (
+    Position,
+    SavedOptions,
+    experiment_changes,
+    restore,
+    start_at_epoch,
+    training_state,
+)
 
 FEATURES, CLASSES, BATCH, STEPS = 6, 3, 4, 4
 FLAGS = ["--lr", "0.05", "--momentum", "0.9", "--sched", "cosine", "--warmup-epochs", "1", "--epochs", "5"]
@@ -56,7 +66,8 @@ def _components(device: torch.device, args, seed: int) -> TrainComponents:
         torch.nn.Linear(FEATURES, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, CLASSES)
     ).to(device)
     loaders = SimpleNamespace(channels_last=False, updates_per_epoch=lambda accum: -(-STEPS // accum))
-    parts, _, _ = build_components(args, model, loaders, CLASSES, device, resolve_amp(device, False), DistInfo())
+    job = typed_options(TrainJob, args)
+    parts, _, _ = build_components(job, model, loaders, CLASSES, device, resolve_amp(device, False), DistInfo())
     parts.scaler = resolve_amp(device, True, "float16").grad_scaler()
     return parts
 
@@ -93,7 +104,7 @@ def test_a_restored_run_continues_as_the_uninterrupted_one(
     run.scaler.update(128.0)  # a run whose GradScaler had backed off
     data_config = {"input_size": (3, 8, 8), "crop_pct": 0.9}
     state = training_state(
-        args, run, Position(2, 0, num_updates), ["a", "b", "c"], device, DistInfo(), data_config, None, 32
+        vars(args), run, Position(2, 0, num_updates), ["a", "b", "c"], device, DistInfo(), data_config, None, 32
     )
     saved = _save_and_read(state, tmp_path, metric=42.0)
     assert (saved["epoch"], saved["num_updates"], saved["arch"], saved["train_samples"]) == (2, 8, "mlp", 32)
@@ -134,7 +145,7 @@ def test_random_streams_resume_where_they_were(device: torch.device, tmp_path: P
 
     args = _args()
     run = _components(device, args, seed=0)
-    saved = _save_and_read(training_state(args, run, Position(1), [], device, DistInfo(), {}), tmp_path)
+    saved = _save_and_read(training_state(vars(args), run, Position(1), [], device, DistInfo(), {}), tmp_path)
     expected = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, device=device).cpu())
     single = {key: value for key, value in saved.items() if key != "rank_states"}  # before per-rank states
     for state in (saved, single):
@@ -154,7 +165,7 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     args = _args()
     run = _components(device, args, seed=0)
     result, updates = train_one_epoch(run, _batches(device, 0)[:3], 0, 0, show_progress=False)
-    state = training_state(args, run, Position(0, 3, updates), [], device, DistInfo(), {}, result)
+    state = training_state(vars(args), run, Position(0, 3, updates), [], device, DistInfo(), {}, result)
     saved = _save_and_read(state, tmp_path)
     assert (saved["step_in_epoch"], saved["samples_in_epoch"], saved["world_size"]) == (3, 12, 1)
     fresh = _components(device, args, seed=1)
@@ -173,7 +184,7 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     assert restore(old, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)[0] == Position(
         0, 3, 0, (pytest.approx(result.local_loss_sum), 12)
     )  # a first-version checkpoint: the step as saved, no update count
-    shared = training_state(args, run, Position(0, 3, updates), [], device, DistInfo(0, 2), {}, result)
+    shared = training_state(vars(args), run, Position(0, 3, updates), [], device, DistInfo(0, 2), {}, result)
     assert (shared["samples_in_epoch"], shared["world_size"]) == (3 * BATCH * 2, 2)
     start = {**saved, "step_in_epoch": 0, "samples_in_epoch": 0}
     assert restore(start, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)[0].carried == (0.0, 0)
@@ -187,7 +198,9 @@ def test_a_plateau_schedule_resumes_with_its_patience(device: torch.device, tmp_
     metrics = [50.0, 50.0, 50.0, 50.0, 50.0]
     run = _components(device, args, seed=0)
     num_updates = _train(run, device, range(2), 0, metrics)
-    saved = _save_and_read(training_state(args, run, Position(2, 0, num_updates), [], device, DistInfo(), {}), tmp_path)
+    saved = _save_and_read(
+        training_state(vars(args), run, Position(2, 0, num_updates), [], device, DistInfo(), {}), tmp_path
+    )
     resumed = _components(device, args, seed=1)
     restore(saved, resumed, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
     rates = []
@@ -403,7 +416,7 @@ def test_the_learning_rate_scales_with_the_global_batch_as_timms(
     """timm's train.py rule: without --lr, --lr-base x (global batch / --lr-base-size), square-rooted for
     optimizers whose name holds "ada" or "lamb" unless --lr-base-scale says."""
     args = build_parser().parse_args(["--model", "mlp", *flags])
-    assert recipe.scaled_lr(args, global_batch) == pytest.approx(expected)
+    assert recipe.scaled_lr(typed_options(TrainJob, args).optim, global_batch) == pytest.approx(expected)
 
 
 def test_the_logged_rate_is_the_mean_over_parameter_groups() -> None:
@@ -417,13 +430,13 @@ def test_components_without_schedule_scaler_or_ema_resume_the_rest(device: torch
     the new command line has no use for are left out; a checkpoint of another model stops in one line."""
     args = _args("--model-ema")
     run = _components(device, args, seed=0)
-    saved = _save_and_read(training_state(args, run, Position(1, 0, 4), [], device, DistInfo(), {}), tmp_path)
+    saved = _save_and_read(training_state(vars(args), run, Position(1, 0, 4), [], device, DistInfo(), {}), tmp_path)
     bare = _components(device, _args(), seed=1)
     bare.scheduler = bare.scaler = None
     assert bare.ema is None
     position, _ = restore(saved, bare, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH)
     assert position == Position(1, 0, 4) and _same(bare.model, run.model)
-    assert training_state(args, bare, position, [], device, DistInfo(), {})["scaler"] is None
+    assert training_state(vars(args), bare, position, [], device, DistInfo(), {})["scaler"] is None
     other = _components(device, _args(), seed=0)
     other.model = torch.nn.Linear(FEATURES, CLASSES).to(device)
     with pytest.raises(UsageError, match="^checkpoint --resume does not fit the model: missing: weight, bias;"):
@@ -455,4 +468,34 @@ def test_an_unknown_schedule_stops_in_one_line() -> None:
     args = _args("--sched", "zigzag")
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
     with pytest.raises(UsageError, match=r"^--sched zigzag: .+"):
-        recipe.build_scheduler(optimizer, args, updates_per_epoch=4)
+        recipe.build_scheduler(optimizer, typed_options(TrainJob, args).optim, 4, "top1", 42)
+
+
+# the options a resumed run could change before the flags declared it (the hand-kept list this replaced)
+CHANGEABLE_BEFORE_TAGS = frozenset(
+    "config resume output experiment data data_dir dataset_download workers threads bind_cores device "
+    "device_modules dist_backend profile log_interval log_tensorboard checkpoint_hist val_interval "
+    "validation_batch_size on_bad_image channels_last torchcompile pretrained initial_checkpoint epochs "
+    "batch_size torchcompile_mode pretrained_path no_resume_opt start_epoch synchronize_step grad_checkpointing "
+    "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
+)
+
+
+def test_the_flags_declare_what_a_resume_may_change() -> None:
+    assert resume_changeable(build_parser()) == CHANGEABLE_BEFORE_TAGS
+
+
+def test_a_resume_names_the_options_it_changes_but_the_declared_ones() -> None:
+    saved_args = vars(_args())
+    state = {"args": saved_args, "world_size": 1, "class_names": ["a"], "train_samples": 8}
+    changeable = resume_changeable(build_parser())
+    now = SavedOptions({**saved_args, "lr": 0.5, "output": "elsewhere", "epochs": 9}, changeable)
+    assert experiment_changes(state, now, ["a"], 8, 1) == ["--lr 0.05 -> 0.5"]
+    doubled = SavedOptions({**saved_args, "batch_size": BATCH * 2}, changeable)
+    assert experiment_changes(state, doubled, ["a"], 8, 1) == [
+        f"global batch (--batch-size x processes) {BATCH} x 1 -> {BATCH * 2} x 1"
+    ]
+    halved = SavedOptions({**saved_args, "batch_size": BATCH // 2}, changeable)
+    assert experiment_changes(state, halved, ["a"], 8, 2) == []  # half the batch on twice the processes
+    undeclared = SavedOptions(now.values, changeable - {"output"})
+    assert experiment_changes(state, undeclared, ["a"], 8, 1) == ["--lr 0.05 -> 0.5", "--output (none) -> elsewhere"]

@@ -4,7 +4,6 @@ Whole runs through these verbs: tests/scripts/test_train.py."""
 
 from __future__ import annotations
 
-import argparse
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +18,7 @@ from vtools.train.run_files import summary_row
 
 pytestmark = pytest.mark.cpu_only(reason="host-side decisions; the device runs are tests/scripts/test_train.py's")
 
-ARGS = argparse.Namespace(
+SETTINGS = EpochSettings(
     val_interval=3,
     log_interval=5,
     batch_size=8,
@@ -27,7 +26,7 @@ ARGS = argparse.Namespace(
     eval_metric="top1",
     dist_bn="reduce",
     sync_bn=False,
-    model_ema_force_cpu=False,
+    ema_force_cpu=False,
 )
 
 
@@ -49,7 +48,7 @@ def a_run(num_epochs: int, manager: Recorder | None = None, first_epoch: int = 0
     """A run with only what the decisions read (the rest is never reached)."""
     nothing = None
     return TrainingRun(
-        EpochSettings.from_args(ARGS),
+        SETTINGS,
         data=nothing,
         parts=nothing,
         loaders=nothing,
@@ -75,7 +74,7 @@ METRICS = EvalResult(top1=50.0, top5=90.0, loss=0.7, count=30, seconds=1.0)
 
 
 def test_the_settings_are_the_few_options_the_verbs_read() -> None:
-    settings = EpochSettings.from_args(ARGS)
+    settings = SETTINGS
     assert (settings.val_interval, settings.batch_size, settings.eval_metric) == (3, 8, "top1")
     assert (settings.dist_bn, settings.sync_bn, settings.ema_force_cpu) == ("reduce", False, False)
 
@@ -121,3 +120,20 @@ def test_a_summary_row_leaves_what_the_epoch_did_not_measure_empty() -> None:
     skipped = summary_row(5, an_epoch(steps=0), None, 0.01)  # not validated, trained before a resume
     assert skipped["eval_loss"] == skipped["eval_top1"] == skipped["img_per_sec"] == skipped["data_wait"] == ""
     assert skipped["train_loss"] == 1.0 and skipped["epoch"] == 5
+
+
+def test_a_batch_larger_than_the_set_is_fitted_and_returned() -> None:
+    """fit_batch_to_set says the size to train with (pairs under mixup) and leaves the options as they are."""
+    from vtools.cli.train_flags import build_parser
+    from vtools.cli.typed import typed_options
+    from vtools.runtime.distributed import DistInfo
+    from vtools.train.assemble import fit_batch_to_set
+    from vtools.train.job import TrainJob
+
+    job = typed_options(TrainJob, build_parser().parse_args(["--mixup", "0.2"]))
+    size, note = fit_batch_to_set(128, job.augment, 42, 7, DistInfo())
+    assert (size, job.data.batch_size) == (6, 128)
+    assert note.startswith("--batch-size 128 is more than the 7 training images: training in batches of 6")
+    assert fit_batch_to_set(4, job.augment, 42, 7, DistInfo()) == (4, "")
+    with pytest.raises(UsageError, match="too few for a batch of pairs"):
+        fit_batch_to_set(4, job.augment, 42, 1, DistInfo())

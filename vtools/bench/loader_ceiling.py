@@ -12,10 +12,11 @@ img/s per core is img/s per worker process.
 
 from __future__ import annotations
 
-import argparse
 import resource
 import time
 from typing import Any
+
+from vtools.bench.options import BenchOptions
 
 # timm's train.py defaults for the augmentation, spelled out: both loaders get exactly these
 TIMM_TRAIN_AUGMENTATION = {
@@ -27,43 +28,43 @@ TIMM_TRAIN_AUGMENTATION = {
 }
 
 
-def measure_loader(mode: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure_loader(mode: str, split: str, options: BenchOptions) -> dict[str, Any]:
     """img/s, img/s per worker process (one core each) and the fraction of the time spent waiting for the
-    workers, over ``args.steps`` batches after ``args.warmup``."""
+    workers, over ``options.steps`` batches after ``options.warmup``."""
     import timm
 
     from vtools.runtime import device as dev
     from vtools.runtime.cpu_budget import setup_cpu_budget, usable_cores
 
-    device = dev.resolve_device(args.device, args.device_modules or ())
+    device = dev.resolve_device(options.device, options.device_modules or ())
     cores = len(usable_cores())
     # per core: by default one worker process on one core, and the main process (one thread: on an
     # accelerator host it only hands batches over) on another, so neither fights the other for a core
-    workers = min(1, cores - 1) if args.workers is None else args.workers
+    workers = min(1, cores - 1) if options.workers is None else options.workers
     setup_cpu_budget(device, workers, threads=1)
-    model = timm.create_model(args.model, num_classes=10)
-    batches = (_vtools_batches if mode == "vtools" else _timm_batches)(split, args, model, device, workers)
+    model = timm.create_model(options.model, num_classes=10)
+    batches = (_vtools_batches if mode == "vtools" else _timm_batches)(split, options, model, device, workers)
     iterator = iter(batches)
-    for _ in range(args.warmup):
+    for _ in range(options.warmup):
         next(iterator)
     dev.synchronize(device)
     wait = 0.0
     start = time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(options.steps):
         before = time.perf_counter()
         images = next(iterator)
         wait += time.perf_counter() - before
         images.sum()  # the batch is finished on the device before it counts
     dev.synchronize(device)
     seconds = time.perf_counter() - start
-    rate = args.steps * args.batch_size / seconds
+    rate = options.steps * options.batch_size / seconds
     return {
         "task": f"loader-{split}",
         "mode": mode,
         "source": "folder",
-        "model": args.model,
+        "model": options.model,
         "device": str(device),
-        "batch_size": args.batch_size,
+        "batch_size": options.batch_size,
         "workers": workers,
         "img_per_sec": round(rate, 2),
         "img_per_sec_per_core": round(rate / max(1, workers), 2),
@@ -72,20 +73,20 @@ def measure_loader(mode: str, split: str, args: argparse.Namespace) -> dict[str,
     }
 
 
-def _vtools_batches(split: str, args: argparse.Namespace, model: Any, device: Any, workers: int) -> Any:
+def _vtools_batches(split: str, options: BenchOptions, model: Any, device: Any, workers: int) -> Any:
     """train.py's loaders, from train.py's parser with timm's default augmentation."""
+    from vtools.bench.options import train_job
     from vtools.bench.plain_loop import epochs_of
-    from vtools.cli import train_flags
     from vtools.runtime.distributed import DistInfo
     from vtools.train import assemble
 
     augmentation = TIMM_TRAIN_AUGMENTATION
     flags = [
-        args.data,
+        options.data,
         "--model",
-        args.model,
+        options.model,
         "--batch-size",
-        str(args.batch_size),
+        str(options.batch_size),
         "--no-channels-last",
         "--scale",
         *map(str, augmentation["scale"]),
@@ -98,17 +99,16 @@ def _vtools_batches(split: str, args: argparse.Namespace, model: Any, device: An
         "--train-interpolation",
         augmentation["interpolation"],
     ]
-    train_args = train_flags.build_parser().parse_args(flags)
-    train_args.data_dir = train_args.data
-    train_source, val_source, _ = assemble.build_datasets(train_args)
+    job = train_job(flags)
+    train_source, val_source, _ = assemble.build_datasets(job.data)
     loaders = assemble.build_loaders(
-        train_args, model, train_source, val_source, device, DistInfo(), workers, keep_decoded=False
+        job, model, train_source, val_source, device, DistInfo(), workers, keep_decoded=False
     )
     loader = loaders.train if split == "train" else loaders.val
     return (batch.images for batch in epochs_of(loader))
 
 
-def _timm_batches(split: str, args: argparse.Namespace, model: Any, device: Any, workers: int) -> Any:
+def _timm_batches(split: str, options: BenchOptions, model: Any, device: Any, workers: int) -> Any:
     """timm's dataset and loader as timm's train.py makes them (prefetcher on, so normalization is on the
     device there too)."""
     from pathlib import Path
@@ -118,13 +118,13 @@ def _timm_batches(split: str, args: argparse.Namespace, model: Any, device: Any,
     from vtools.bench.plain_loop import epochs_of
 
     config = resolve_data_config({}, model=model)
-    folder = Path(args.data) / ("train" if split == "train" else "val")
+    folder = Path(options.data) / ("train" if split == "train" else "val")
     dataset = create_dataset("", root=str(folder), split=split, is_training=split == "train")
     augmentation = TIMM_TRAIN_AUGMENTATION if split == "train" else {"interpolation": config["interpolation"]}
     loader = create_loader(
         dataset,
         input_size=config["input_size"],
-        batch_size=args.batch_size,
+        batch_size=options.batch_size,
         is_training=split == "train",
         use_prefetcher=True,
         mean=config["mean"],
@@ -141,7 +141,7 @@ def _timm_batches(split: str, args: argparse.Namespace, model: Any, device: Any,
 HOST_ROUNDS = 5  # alternated rounds per loader: a shared machine drifts, and the median of each is reported
 
 
-def measure_host_items(args: argparse.Namespace) -> list[dict[str, Any]]:
+def measure_host_items(options: BenchOptions) -> list[dict[str, Any]]:
     """One core making training batches as a loader worker does for an accelerator (colour jitter left to
     the device, which does not count here): train.py's training items and collate against timm's
     ``ImageDataset`` with timm's transform and ``fast_collate``, in this process, alternating
@@ -151,7 +151,7 @@ def measure_host_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(1)
-    makers = {mode: _host_batches(mode, args) for mode in ("vtools", "baseline")}
+    makers = {mode: _host_batches(mode, options) for mode in ("vtools", "baseline")}
     seconds: dict[str, list[float]] = {mode: [] for mode in makers}
     for _ in range(HOST_ROUNDS):
         for mode, make in makers.items():
@@ -163,9 +163,9 @@ def measure_host_items(args: argparse.Namespace) -> list[dict[str, Any]]:
             "task": "host-train",
             "mode": mode,
             "source": "folder",
-            "model": args.model,
+            "model": options.model,
             "device": "cpu (one core; jitter left to an accelerator)",
-            "batch_size": args.batch_size,
+            "batch_size": options.batch_size,
             "workers": 0,
             "img_per_sec": round(images / statistics.median(times), 2),
             "img_per_sec_per_core": round(images / statistics.median(times), 2),
@@ -176,8 +176,8 @@ def measure_host_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def _host_batches(mode: str, args: argparse.Namespace) -> Any:
-    """A function making ``args.steps`` batches (after ``args.warmup`` untimed ones, made here) and
+def _host_batches(mode: str, options: BenchOptions) -> Any:
+    """A function making ``options.steps`` batches (after ``options.warmup`` untimed ones, made here) and
     returning how many images they held."""
     import timm
     from timm.data import create_dataset, create_transform, resolve_data_config
@@ -188,7 +188,7 @@ def _host_batches(mode: str, args: argparse.Namespace) -> Any:
     from vtools.data.sampling import SeededSamples
     from vtools.data.train_augment import fuse
 
-    config = resolve_data_config({}, model=timm.create_model(args.model, num_classes=10))
+    config = resolve_data_config({}, model=timm.create_model(options.model, num_classes=10))
     transform = create_transform(
         config["input_size"],
         is_training=True,
@@ -199,20 +199,22 @@ def _host_batches(mode: str, args: argparse.Namespace) -> Any:
     )
     if mode == "vtools":
         fused = fuse(transform, "RGB", computes_on_host=False)
-        dataset = SeededSamples(open_source(SourceRequest("", args.data, "train")).images(fused, "RGB"), 0)
+        dataset = SeededSamples(open_source(SourceRequest("", options.data, "train")).images(fused, "RGB"), 0)
         item, join, size = (lambda index: dataset[(0, index)]), collate, len(dataset)
     else:
-        timm_set = create_dataset("", root=f"{args.data}/train", split="train", is_training=True)
+        timm_set = create_dataset("", root=f"{options.data}/train", split="train", is_training=True)
         timm_set.transform = transform
         item, join, size = (lambda index: timm_set[index]), fast_collate, len(timm_set)
-    first = max(0, min(args.warmup * args.batch_size, size - args.steps * args.batch_size))  # warm-up if it fits
-    last = min(size, first + args.steps * args.batch_size)
+    first = max(
+        0, min(options.warmup * options.batch_size, size - options.steps * options.batch_size)
+    )  # warm-up if it fits
+    last = min(size, first + options.steps * options.batch_size)
     for index in range(first):
         item(index)
 
     def make() -> int:
-        for start in range(first, last, args.batch_size):
-            join([item(index) for index in range(start, min(last, start + args.batch_size))])
+        for start in range(first, last, options.batch_size):
+            join([item(index) for index in range(start, min(last, start + options.batch_size))])
         return last - first
 
     return make

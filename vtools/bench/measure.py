@@ -7,7 +7,6 @@ measurement alone; the plain baseline it compares with is ``vtools.bench.plain_l
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import resource
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vtools.bench.onepass import SCHEDULE_FLAGS
+from vtools.bench.options import BenchOptions
 from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
 
 TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader")
@@ -76,7 +76,7 @@ def process_age() -> float:
         return float("nan")
 
 
-def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
+def measure(task: str, mode: str, source: str, options: BenchOptions) -> dict[str, Any] | list[dict[str, Any]]:
     """One figure: the task's real loop (``train_one_epoch``, ``evaluate``, ``predict``) fed by vtools'
     loaders or by synthetic batches, or the plain baseline's own loop."""
     import timm
@@ -87,27 +87,27 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
     from vtools.runtime.cpu_budget import plan, setup_cpu_budget, usable_cores
 
     if task == "decode":
-        return measure_decode(source, args)
+        return measure_decode(source, options)
     if task == "onepass":
         from vtools.bench.onepass import measure_model_epoch
 
-        return measure_model_epoch(args)
+        return measure_model_epoch(options)
     if task == "host-train":  # both loaders in one process, alternated: a list of two rows
         from vtools.bench.loader_ceiling import measure_host_items
 
-        return measure_host_items(args)
+        return measure_host_items(options)
     if task.startswith("loader-"):
         from vtools.bench.loader_ceiling import measure_loader
 
-        return measure_loader(mode, task.removeprefix("loader-"), args)
-    device = dev.resolve_device(args.device, args.device_modules or ())
+        return measure_loader(mode, task.removeprefix("loader-"), options)
+    device = dev.resolve_device(options.device, options.device_modules or ())
     if mode == "baseline":  # the same worker count, none of vtools' thread or allocator settings
-        budget = plan(device.type, len(usable_cores()), args.workers)
+        budget = plan(device.type, len(usable_cores()), options.workers)
     else:
-        budget = setup_cpu_budget(device, args.workers)
-    amp = resolve_amp(device, args.amp, args.amp_dtype)
-    model = timm.create_model(args.model, num_classes=10).to(device)
-    if args.channels_last:
+        budget = setup_cpu_budget(device, options.workers)
+    amp = resolve_amp(device, options.amp, options.amp_dtype)
+    model = timm.create_model(options.model, num_classes=10).to(device)
+    if options.channels_last:
         model.to(memory_format=torch.channels_last)
     startup = process_age()
     timer = Timer(device)
@@ -115,22 +115,22 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
     if mode == "baseline":
         step = baseline_step(task, model, amp)
         for images, targets in timer.iterate(
-            baseline_batches(task, args, model, device, budget.workers), args.warmup, args.steps
+            baseline_batches(task, options, model, device, budget.workers), options.warmup, options.steps
         ):
             step(images, targets)
     else:
-        LOOPS[task](task, timer, mode, source, args, model, device, amp, budget.workers)
-    images = args.steps * args.batch_size
+        LOOPS[task](task, timer, mode, source, options, model, device, amp, budget.workers)
+    images = options.steps * options.batch_size
     peak = dev.peak_memory_bytes(device)
     return {
         "task": task,
         "mode": mode,
         "source": source if mode == "vtools" else "folder",
-        "model": args.model,
+        "model": options.model,
         "device": str(device),
         "amp_dtype": amp.dtype_name,
-        "channels_last": args.channels_last,
-        "batch_size": args.batch_size,
+        "channels_last": options.channels_last,
+        "batch_size": options.batch_size,
         "workers": budget.workers,
         "img_per_sec": round(images / timer.seconds, 2),
         "data_wait": round(timer.wait / timer.seconds, 4),
@@ -143,9 +143,9 @@ def measure(task: str, mode: str, source: str, args: argparse.Namespace) -> dict
 class Timed:
     """The timer's batches with a length, as the real loops (progress bars, accumulation) expect."""
 
-    def __init__(self, timer: Timer, batches: Any, args: argparse.Namespace) -> None:
-        self.batches = timer.iterate(batches, args.warmup, args.steps)
-        self.length = args.warmup + args.steps
+    def __init__(self, timer: Timer, batches: Any, options: BenchOptions) -> None:
+        self.batches = timer.iterate(batches, options.warmup, options.steps)
+        self.length = options.warmup + options.steps
 
     def __len__(self) -> int:
         return self.length
@@ -159,40 +159,39 @@ def _train_loop(
     timer: Timer,
     mode: str,
     source: str,
-    args: argparse.Namespace,
+    options: BenchOptions,
     model: Any,
     device: Any,
     amp: Any,
     workers: int,
 ) -> None:
     """train.py's own loaders and components (optimizer, schedule, loss, AMP) and its train_one_epoch."""
-    from vtools.cli import train_flags
+    from vtools.bench.options import train_job
     from vtools.runtime.distributed import DistInfo
     from vtools.train import assemble
     from vtools.train.loop import train_one_epoch
 
     flags = [
-        *_source_flags(source, args),
+        *_source_flags(source, options),
         "--model",
-        args.model,
+        options.model,
         "--batch-size",
-        str(args.batch_size),
+        str(options.batch_size),
         "--warmup-epochs",
         "0",
-        "--channels-last" if args.channels_last else "--no-channels-last",
+        "--channels-last" if options.channels_last else "--no-channels-last",
     ]
-    train_args = train_flags.build_parser().parse_args(flags)
-    train_args.data_dir = train_args.data or train_args.data_dir
-    train_source, val_source, classes = assemble.build_datasets(train_args)
-    loaders = assemble.build_loaders(train_args, model, train_source, val_source, device, DistInfo(), workers)
-    parts, _, _ = assemble.build_components(train_args, model, loaders, 10, device, amp, DistInfo())
-    batches = _synthetic(args, model, device) if mode == "model" else epochs_of(loaders.train)
+    job = train_job(flags)
+    train_source, val_source, classes = assemble.build_datasets(job.data)
+    loaders = assemble.build_loaders(job, model, train_source, val_source, device, DistInfo(), workers)
+    parts, _, _ = assemble.build_components(job, model, loaders, 10, device, amp, DistInfo())
+    batches = _synthetic(options, model, device) if mode == "model" else epochs_of(loaders.train)
     train_one_epoch(
         parts,
-        Timed(timer, batches, args),
+        Timed(timer, batches, options),
         epoch=0,
         num_updates=0,
-        log_interval=args.warmup + args.steps,
+        log_interval=options.warmup + options.steps,
         show_progress=False,
     )
 
@@ -202,7 +201,7 @@ def _eval_loop(
     timer: Timer,
     mode: str,
     source: str,
-    args: argparse.Namespace,
+    options: BenchOptions,
     model: Any,
     device: Any,
     amp: Any,
@@ -214,32 +213,32 @@ def _eval_loop(
     from vtools.evaluation.loops import evaluate, predict
 
     if mode == "model":
-        batches = _synthetic(args, model, device)
+        batches = _synthetic(options, model, device)
     else:
         config = data_config_for(model, {})
-        dataset = _open(source, "validation", args).images(eval_transform(config), "RGB")
+        dataset = _open(source, "validation", options).images(eval_transform(config), "RGB")
         batches = epochs_of(
             eval_device_loader(
-                dataset, args.batch_size, device, workers, config, args.channels_last, None, persistent=True
+                dataset, options.batch_size, device, workers, config, options.channels_last, None, persistent=True
             )
         )
     if task == "validate":
-        evaluate(model, Timed(timer, batches, args), device, amp, show_progress=False)
+        evaluate(model, Timed(timer, batches, options), device, amp, show_progress=False)
     else:
-        for _ in predict(model, Timed(timer, batches, args), amp, topk=5, show_progress=False):
+        for _ in predict(model, Timed(timer, batches, options), amp, topk=5, show_progress=False):
             pass
 
 
-def measure_decode(source: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure_decode(source: str, options: BenchOptions) -> dict[str, Any]:
     """One core decoding and eval-transforming images (no model, no workers): what a loader worker does."""
     import timm
 
     from vtools.data.transforms import data_config_for, eval_transform
 
-    config = data_config_for(timm.create_model(args.model, num_classes=10), {})
-    dataset = _open(source, "train", args).images(eval_transform(config), "RGB")
-    count = min(len(dataset), args.steps * args.batch_size)
-    for index in range(min(args.warmup, count)):
+    config = data_config_for(timm.create_model(options.model, num_classes=10), {})
+    dataset = _open(source, "train", options).images(eval_transform(config), "RGB")
+    count = min(len(dataset), options.steps * options.batch_size)
+    for index in range(min(options.warmup, count)):
         dataset[index]
     start = time.perf_counter()
     for index in range(count):
@@ -249,7 +248,7 @@ def measure_decode(source: str, args: argparse.Namespace) -> dict[str, Any]:
         "task": "decode",
         "mode": "vtools",
         "source": source,
-        "model": args.model,
+        "model": options.model,
         "device": "cpu",
         "img_per_sec": round(count / seconds, 2),
         "startup_s": round(process_age(), 2),
@@ -257,35 +256,35 @@ def measure_decode(source: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _open(source: str, split: str, args: argparse.Namespace) -> Any:
+def _open(source: str, split: str, options: BenchOptions) -> Any:
     """The bench images from the folder or from one of the copies the parent converted."""
     from vtools.data.readers.registry import SourceRequest, open_source
 
     if source == "folder":
-        return open_source(SourceRequest("", args.data, split))
+        return open_source(SourceRequest("", options.data, split))
     kind = "wds" if source.startswith("wds") else "parquet"
-    return open_source(SourceRequest(STORE_KINDS[kind], str(Path(args.stores) / source), split))
+    return open_source(SourceRequest(STORE_KINDS[kind], str(Path(options.stores) / source), split))
 
 
-def _source_flags(source: str, args: argparse.Namespace) -> list[str]:
+def _source_flags(source: str, options: BenchOptions) -> list[str]:
     """train.py's flags for the bench images in the folder or one of the converted copies."""
     if source == "folder":
-        return [args.data]
+        return [options.data]
     kind = "wds" if source.startswith("wds") else "parquet"
-    return ["--dataset", STORE_KINDS[kind], "--data-dir", str(Path(args.stores) / source)]
+    return ["--dataset", STORE_KINDS[kind], "--data-dir", str(Path(options.stores) / source)]
 
 
-def _synthetic(args: argparse.Namespace, model: Any, device: Any) -> Any:
+def _synthetic(options: BenchOptions, model: Any, device: Any) -> Any:
     """The same random batch forever, already on the device: the model alone."""
     import torch
 
     from vtools.data.loaders import Batch
 
     size = model.pretrained_cfg.get("input_size", (3, 224, 224))
-    images = torch.randn(args.batch_size, *size, device=device)
-    if args.channels_last:
+    images = torch.randn(options.batch_size, *size, device=device)
+    if options.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
-    batch = Batch(images, torch.randint(0, 10, (args.batch_size,), device=device), torch.arange(args.batch_size))
+    batch = Batch(images, torch.randint(0, 10, (options.batch_size,), device=device), torch.arange(options.batch_size))
     return iter(lambda: batch, None)
 
 
@@ -301,46 +300,54 @@ RECIPE_FLAGS = (
 )
 
 
-def recipe_flags(args: argparse.Namespace, precision: str) -> list[str]:
+def recipe_flags(options: BenchOptions, precision: str) -> list[str]:
     """The command line both runs get (timm's flag names, so the baseline parses them too)."""
-    flags = [*RECIPE_FLAGS, "--model", args.model, "--epochs", str(args.recipe_epochs), "--device", args.device]
+    flags = [
+        *RECIPE_FLAGS,
+        "--model",
+        options.model,
+        "--epochs",
+        str(options.recipe_epochs),
+        "--device",
+        options.device,
+    ]
     if precision != "float32":
         flags += ["--amp", "--amp-dtype", precision]
-    if args.channels_last:
+    if options.channels_last:
         flags.append("--channels-last")
-    if args.workers is not None:
-        flags += ["--workers", str(args.workers)]
+    if options.workers is not None:
+        flags += ["--workers", str(options.workers)]
     return flags
 
 
-def measure_recipe(args: argparse.Namespace, precision: str, folder: Path) -> list[dict[str, Any]]:
+def measure_recipe(options: BenchOptions, precision: str, folder: Path) -> list[dict[str, Any]]:
     """train.py against the plain loop on the recipe's command line (:func:`whole_runs`)."""
-    flags = recipe_flags(args, precision)
+    flags = recipe_flags(options, precision)
     commands = {
-        "vtools": [sys.executable, "-m", "vtools", "train", args.data, *flags, "--output", str(folder)],
-        "baseline": [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", args.data, *flags],
+        "vtools": [sys.executable, "-m", "vtools", "train", options.data, *flags, "--output", str(folder)],
+        "baseline": [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", options.data, *flags],
     }
-    row = {"task": "recipe", "amp_dtype": precision, "epochs": args.recipe_epochs, "reference": "plain loop"}
-    return whole_runs(args, commands, folder, _train_images(args.data) * args.recipe_epochs, row)
+    row = {"task": "recipe", "amp_dtype": precision, "epochs": options.recipe_epochs, "reference": "plain loop"}
+    return whole_runs(options, commands, folder, _train_images(options.data) * options.recipe_epochs, row)
 
 
-def measure_onepass(args: argparse.Namespace, folder: Path, argv: list[str]) -> list[dict[str, Any]]:
+def measure_onepass(options: BenchOptions, folder: Path, argv: list[str]) -> list[dict[str, Any]]:
     """The model alone over one epoch's steps (a child process), then train.py against timm's way on one
     pass over the folder (:mod:`vtools.bench.onepass`)."""
     from vtools.bench.onepass import run_commands, split_counts
 
     model = _run_one("onepass", "model", "folder", argv)
     model["amp_dtype"] = "float32"
-    train_images, val_images = split_counts(args.data)
+    train_images, val_images = split_counts(options.data)
     images = train_images // 128 * 128 + val_images
-    reference = "timm train.py" if args.timm_train else "plain loop"
+    reference = "timm train.py" if options.timm_train else "plain loop"
     # each script lays out the model by its own default (vtools: by its rule; timm's: NCHW)
     row = {"task": "onepass", "amp_dtype": "float32", "epochs": 1, "reference": reference, "channels_last": None}
-    return [model, *whole_runs(args, run_commands(args, folder), folder, images, row)]
+    return [model, *whole_runs(options, run_commands(options, folder), folder, images, row)]
 
 
 def whole_runs(
-    args: argparse.Namespace, commands: dict[str, list[str]], folder: Path, images: int, row: dict[str, Any]
+    options: BenchOptions, commands: dict[str, list[str]], folder: Path, images: int, row: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Wall time (start-up included, from launch to exit) and final top-1 of each command (each writes
     ``folder/<mode>``: ``--experiment <mode>``, or ``--output`` for the plain loop), alternating
@@ -351,7 +358,7 @@ def whole_runs(
     """
     walls: dict[str, list[float]] = {mode: [] for mode in commands}
     top1: dict[str, float] = {}
-    for repeat in range(args.repeats):
+    for repeat in range(options.repeats):
         for mode, command in commands.items():
             if "vtools.bench.plain_loop" in command:
                 command = [*command, "--output", str(folder / mode)]
@@ -377,11 +384,11 @@ def whole_runs(
         wall = statistics.median(times)
         rows.append(
             {
-                "channels_last": args.channels_last,
+                "channels_last": options.channels_last,
                 **row,
                 "mode": mode,
                 "source": "folder",
-                "model": args.model,
+                "model": options.model,
                 "batch_size": 128,
                 "wall_s": round(wall, 2),
                 "walls_s": " ".join(f"{t:.1f}" for t in times),
@@ -418,10 +425,10 @@ def _run_one(task: str, mode: str, source: str, argv: list[str]) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _measurements(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+def _measurements(options: BenchOptions) -> list[tuple[str, str, str]]:
     """(task, mode, source) in the order they run."""
     plan = []
-    for task in args.tasks:
+    for task in options.tasks:
         if task in ("recipe", "onepass"):  # whole runs, measured by the parent: measure_recipe, measure_onepass
             continue
         if task == "loader":
@@ -431,24 +438,24 @@ def _measurements(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             continue
         if task == "decode":
             plan += [(task, "vtools", "folder")] + (
-                [(task, "vtools", f"wds-max{args.max_side}")] if args.max_side else []
+                [(task, "vtools", f"wds-max{options.max_side}")] if options.max_side else []
             )
             continue
-        for mode in args.modes:
-            plan += [(task, mode, source) for source in (args.sources if mode == "vtools" else ["folder"])]
+        for mode in options.modes:
+            plan += [(task, mode, source) for source in (options.sources if mode == "vtools" else ["folder"])]
     return plan
 
 
-def _convert_stores(args: argparse.Namespace, folder: Path) -> None:
+def _convert_stores(options: BenchOptions, folder: Path) -> None:
     """The bench images as shards and parquet (and pre-resized shards), once for every measurement."""
     from vtools.data.shard_writer import convert
 
-    wanted = [s for s in args.sources if s != "folder"] if set(args.tasks) - {"decode"} else []
-    if "decode" in args.tasks and args.max_side:
-        wanted.append(f"wds-max{args.max_side}")
+    wanted = [s for s in options.sources if s != "folder"] if set(options.tasks) - {"decode"} else []
+    if "decode" in options.tasks and options.max_side:
+        wanted.append(f"wds-max{options.max_side}")
     for store in wanted:
         fmt = "parquet" if store == "parquet" else "wds"
-        convert(Path(args.data), folder / store, "bench", fmt, max_side=args.max_side if "max" in store else None)
+        convert(Path(options.data), folder / store, "bench", fmt, max_side=options.max_side if "max" in store else None)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:

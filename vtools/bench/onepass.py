@@ -13,10 +13,11 @@ alternated ``--repeats`` times by the bench:
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from typing import Any
+
+from vtools.bench.options import BenchOptions
 
 # the size and schedule the bench's whole runs share (the recipe task adds its augmentation overrides)
 SCHEDULE_FLAGS = (
@@ -39,18 +40,18 @@ def split_counts(data: str) -> tuple[int, int]:
     return tuple(len(find_images(str(resolve_split_dir(data, split)))) for split in ("train", "validation"))
 
 
-def measure_model_epoch(args: argparse.Namespace) -> dict[str, Any]:
+def measure_model_epoch(options: BenchOptions) -> dict[str, Any]:
     """The model alone over the epoch's steps and validation batches (see the module docstring)."""
-    train_images, val_images = split_counts(args.data)
+    train_images, val_images = split_counts(options.data)
     steps, val_batches = train_images // 128, math.ceil(val_images / 128)
-    probe = {layout: _model_seconds(args, layout, PROBE_STEPS, 0) for layout in (False, True)}
+    probe = {layout: _model_seconds(options, layout, PROBE_STEPS, 0) for layout in (False, True)}
     channels_last = probe[True] < probe[False]
-    seconds = _model_seconds(args, channels_last, steps, val_batches)
+    seconds = _model_seconds(options, channels_last, steps, val_batches)
     return {
         "task": "onepass",
         "mode": "model",
         "source": "folder",
-        "model": args.model,
+        "model": options.model,
         "channels_last": channels_last,
         "batch_size": 128,
         "epochs": 1,
@@ -59,12 +60,12 @@ def measure_model_epoch(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _model_seconds(args: argparse.Namespace, channels_last: bool, steps: int, val_batches: int) -> float:
+def _model_seconds(options: BenchOptions, channels_last: bool, steps: int, val_batches: int) -> float:
     """Seconds of train_one_epoch over ``steps`` copies of one resident batch, then evaluate over
     ``val_batches``."""
     import timm
 
-    from vtools.cli import train_flags
+    from vtools.bench.options import train_job
     from vtools.evaluation.loops import evaluate
     from vtools.runtime import device as dev
     from vtools.runtime.amp import resolve_amp
@@ -73,17 +74,15 @@ def _model_seconds(args: argparse.Namespace, channels_last: bool, steps: int, va
     from vtools.train import assemble
     from vtools.train.loop import train_one_epoch
 
-    device = dev.resolve_device(args.device, args.device_modules or ())
-    setup_cpu_budget(device, args.workers)
+    device = dev.resolve_device(options.device, options.device_modules or ())
+    setup_cpu_budget(device, options.workers)
     amp = resolve_amp(device, False, "auto")
-    train_args = train_flags.build_parser().parse_args(
-        [args.data, *ONEPASS_FLAGS, "--model", args.model, "--channels-last" if channels_last else "--no-channels-last"]
-    )
-    train_args.data_dir = train_args.data
-    model = timm.create_model(args.model, num_classes=10).to(device)
-    train_source, val_source, _ = assemble.build_datasets(train_args)
-    loaders = assemble.build_loaders(train_args, model, train_source, val_source, device, DistInfo(), 0)
-    parts, _, _ = assemble.build_components(train_args, model, loaders, 10, device, amp, DistInfo())
+    layout = "--channels-last" if channels_last else "--no-channels-last"
+    job = train_job([options.data, *ONEPASS_FLAGS, "--model", options.model, layout])
+    model = timm.create_model(options.model, num_classes=10).to(device)
+    train_source, val_source, _ = assemble.build_datasets(job.data)
+    loaders = assemble.build_loaders(job, model, train_source, val_source, device, DistInfo(), 0)
+    parts, _, _ = assemble.build_components(job, model, loaders, 10, device, amp, DistInfo())
     batch = _resident_batch(device, channels_last)
     start = time.perf_counter()
     train_one_epoch(parts, Repeated(batch, steps), 0, 0, steps, show_progress=False)
@@ -119,16 +118,16 @@ def _resident_batch(device: Any, channels_last: bool) -> Any:
     return Batch(images, targets, torch.arange(128))
 
 
-def run_commands(args: argparse.Namespace, folder: Any) -> dict[str, list[str]]:
+def run_commands(options: BenchOptions, folder: Any) -> dict[str, list[str]]:
     """train.py and timm's way (the bench's ``baseline``) on the same command line: 1 epoch, fp32."""
     import sys
 
-    flags = [*ONEPASS_FLAGS, "--model", args.model, "--epochs", "1", "--device", args.device]
-    if args.workers is not None:
-        flags += ["-j", str(args.workers)]
-    vtools = [sys.executable, "-m", "vtools", "train", args.data, *flags, "--output", str(folder)]
-    if args.timm_train:
-        baseline = [sys.executable, args.timm_train, "--data-dir", args.data, *flags, "--output", str(folder)]
+    flags = [*ONEPASS_FLAGS, "--model", options.model, "--epochs", "1", "--device", options.device]
+    if options.workers is not None:
+        flags += ["-j", str(options.workers)]
+    vtools = [sys.executable, "-m", "vtools", "train", options.data, *flags, "--output", str(folder)]
+    if options.timm_train:
+        baseline = [sys.executable, options.timm_train, "--data-dir", options.data, *flags, "--output", str(folder)]
     else:
-        baseline = [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", args.data, *flags]
+        baseline = [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", options.data, *flags]
     return {"vtools": vtools, "baseline": baseline}

@@ -32,6 +32,7 @@ from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.utils import accuracy
 
+from vtools.bench.options import BenchOptions
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan, usable_cores
 from vtools.runtime.device import resolve_device
@@ -219,7 +220,7 @@ def baseline_step(task: str, model: Any, amp: Any) -> Any:
     return eval_step
 
 
-def baseline_batches(task: str, args: argparse.Namespace, model: Any, device: Any, workers: int) -> Any:
+def baseline_batches(task: str, options: BenchOptions, model: Any, device: Any, workers: int) -> Any:
     """ImageFolder + timm transform (normalizing in the workers) + DataLoader, .to(device) per batch."""
     import torch
     import torchvision
@@ -229,11 +230,11 @@ def baseline_batches(task: str, args: argparse.Namespace, model: Any, device: An
 
     config = resolve_data_config(model=model)
     transform = create_transform(**config, is_training=task == "train")
-    root = resolve_split_dir(args.data, "train" if task == "train" else "validation")
+    root = resolve_split_dir(options.data, "train" if task == "train" else "validation")
     dataset = torchvision.datasets.ImageFolder(str(root), transform=transform)
     loader = torch.utils.data.DataLoader(
         dataset,
-        batch_size=args.batch_size,
+        batch_size=options.batch_size,
         shuffle=task == "train",
         num_workers=workers,
         drop_last=task == "train",
@@ -241,7 +242,7 @@ def baseline_batches(task: str, args: argparse.Namespace, model: Any, device: An
     )
     for images, targets in epochs_of(loader):
         images = images.to(device)
-        if args.channels_last:
+        if options.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         yield images, targets.to(device)
 

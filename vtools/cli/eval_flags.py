@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.cli.timm_compat import add_refused, mark_no_op
 from vtools.results import RESULT_FORMATS
 
@@ -91,3 +92,10 @@ def add_eval_model_args(parser: argparse.ArgumentParser, script: str) -> None:
     )
     add_refused(group, "--num-gpu", type=int, default=1, reason=NUM_GPU_REASON)
     add_refused(group, "--aot-autograd", action="store_true", default=False, reason=AOT_AUTOGRAD_REASON)
+
+
+def resolved_model_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The evaluation model options the scripts resolve from several flags, as timm's scripts do: the
+    input channels (--in-chans, else --input-size's) and create_model's kwargs (--model-kwargs with --gp).
+    A command passes them as overrides when it builds ``vtools.evaluation.assembly.EvalOptions``."""
+    return {"in_chans": model_in_chans(args), "model_kwargs": timm_model_kwargs(args)}

@@ -20,6 +20,22 @@ from vtools.cli.flag_values import (
 )
 from vtools.cli.timm_compat import add_no_op, add_refused
 
+_MAY_CHANGE_ON_RESUME = "vtools_may_change_on_resume"
+
+
+def may_change_on_resume(action: argparse.Action) -> argparse.Action:
+    """Declare, where a flag is defined, that a resumed run may give it another value than the run it
+    continues: where things go, how fast they run, how much is logged (vtools/train/resume.py compares
+    every other option with the checkpoint's)."""
+    setattr(action, _MAY_CHANGE_ON_RESUME, True)
+    return action
+
+
+def resume_changeable(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The dests of ``parser``'s flags declared :func:`may_change_on_resume`."""
+    return frozenset(action.dest for action in parser._actions if getattr(action, _MAY_CHANGE_ON_RESUME, False))
+
+
 WORKERS_HELP = (
     "loader processes (default: from the cpu budget: one per 4 cores on cpu, all cores but one on an "
     "accelerator; at most 8)"
@@ -38,20 +54,24 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
             help="stop (exit 3) at the first operator the device backend runs on the host CPU instead "
             "(without it such operators are counted and reported at the end)",
         )
-    group.add_argument(
-        "--device",
-        default="auto",
-        metavar="SPEC",
-        help="auto (the available accelerator, else cpu), cpu, cuda[:N], npu[:N], xpu[:N], mps, "
-        "or any registered PrivateUse1 backend; under torchrun LOCAL_RANK picks N "
-        "(default: auto)",
+    may_change_on_resume(
+        group.add_argument(
+            "--device",
+            default="auto",
+            metavar="SPEC",
+            help="auto (the available accelerator, else cpu), cpu, cuda[:N], npu[:N], xpu[:N], mps, "
+            "or any registered PrivateUse1 backend; under torchrun LOCAL_RANK picks N "
+            "(default: auto)",
+        )
     )
-    group.add_argument(
-        "--device-modules",
-        nargs="+",
-        default=None,
-        metavar="MODULE",
-        help="Python modules to import first, for devices that register themselves on import",
+    may_change_on_resume(
+        group.add_argument(
+            "--device-modules",
+            nargs="+",
+            default=None,
+            metavar="MODULE",
+            help="Python modules to import first, for devices that register themselves on import",
+        )
     )
     group.add_argument("--amp", action="store_true", default=False, help="mixed precision through torch.autocast")
     group.add_argument(
@@ -68,29 +88,35 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
         help="apply the backend's settings for changing input shapes (npu: jit_compile off, so a new shape does "
         "not recompile operators); python -m vtools env --check lists them",
     )
-    group.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="intra-op threads of the main process (default: all its cores on cpu, the cores "
-        "the loader workers leave on an accelerator; OMP_NUM_THREADS when set)",
+    may_change_on_resume(
+        group.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            metavar="N",
+            help="intra-op threads of the main process (default: all its cores on cpu, the cores "
+            "the loader workers leave on an accelerator; OMP_NUM_THREADS when set)",
+        )
     )
-    group.add_argument(
-        "--bind-cores",
-        action="store_true",
-        default=False,
-        help="pin each process (under torchrun: each rank, to its own share of the cores) and "
-        "its loader workers to fixed cores; a backend variable such as CPU_AFFINITY_CONF "
-        "takes precedence",
+    may_change_on_resume(
+        group.add_argument(
+            "--bind-cores",
+            action="store_true",
+            default=False,
+            help="pin each process (under torchrun: each rank, to its own share of the cores) and "
+            "its loader workers to fixed cores; a backend variable such as CPU_AFFINITY_CONF "
+            "takes precedence",
+        )
     )
-    group.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="N",
-        help="profile N steps of the loop (after 2 warm-up steps) with torch.profiler: a trace "
-        "for TensorBoard/Perfetto and the top operators (default: 0, off)",
+    may_change_on_resume(
+        group.add_argument(
+            "--profile",
+            type=int,
+            default=0,
+            metavar="N",
+            help="profile N steps of the loop (after 2 warm-up steps) with torch.profiler: a trace "
+            "for TensorBoard/Perfetto and the top operators (default: 0, off)",
+        )
     )
 
 
@@ -111,11 +137,13 @@ def add_model_args(
         help="timm model name (optionally with a pretrained tag), hf-hub:ORG/NAME, "
         "local-dir:PATH, or a path to a model folder (config.json + model.safetensors)",
     )
-    group.add_argument(
-        "--pretrained",
-        action="store_true",
-        default=False,
-        help="load pretrained weights (implied for model folders and hub names)",
+    may_change_on_resume(
+        group.add_argument(
+            "--pretrained",
+            action="store_true",
+            default=False,
+            help="load pretrained weights (implied for model folders and hub names)",
+        )
     )
     if checkpoint_flags:
         group.add_argument(
@@ -138,26 +166,32 @@ def add_model_args(
         metavar="KEY=VALUE",
         help="extra keyword arguments for timm.create_model",
     )
-    group.add_argument(
-        "--channels-last",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="channels_last memory layout (default: on for convolutional models on cpu, cuda "
-        "and xpu, where it is faster; off elsewhere)",
+    may_change_on_resume(
+        group.add_argument(
+            "--channels-last",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="channels_last memory layout (default: on for convolutional models on cpu, cuda "
+            "and xpu, where it is faster; off elsewhere)",
+        )
     )
-    group.add_argument(
-        "--torchcompile",
-        nargs="?",
-        const="inductor",
-        default=None,
-        metavar="BACKEND",
-        help="compile the model with torch.compile (default backend: inductor)",
+    may_change_on_resume(
+        group.add_argument(
+            "--torchcompile",
+            nargs="?",
+            const="inductor",
+            default=None,
+            metavar="BACKEND",
+            help="compile the model with torch.compile (default backend: inductor)",
+        )
     )
-    group.add_argument(
-        "--torchcompile-mode",
-        default=None,
-        metavar="MODE",
-        help="torch.compile mode (default, reduce-overhead, max-autotune, ...)",
+    may_change_on_resume(
+        group.add_argument(
+            "--torchcompile-mode",
+            default=None,
+            metavar="MODE",
+            help="torch.compile mode (default, reduce-overhead, max-autotune, ...)",
+        )
     )
     group.add_argument("--gp", default=None, metavar="POOL", help="global pool type (avg, max, avgmax, ...)")
     group.add_argument(
@@ -206,18 +240,19 @@ def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def timm_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """--model-kwargs with the model flags timm passes to create_model alongside them (--gp)."""
-    extra = {"global_pool": args.gp} if getattr(args, "gp", None) else {}
-    return {**args.model_kwargs, **extra}
+def timm_model_kwargs(options: Any) -> dict[str, Any]:
+    """--model-kwargs with the model flags timm passes to create_model alongside them (--gp). ``options``
+    here and below: the Namespace, or an options object with the flags' names (the training job's model)."""
+    extra = {"global_pool": options.gp} if getattr(options, "gp", None) else {}
+    return {**options.model_kwargs, **extra}
 
 
-def model_in_chans(args: argparse.Namespace) -> int | None:
+def model_in_chans(options: Any) -> int | None:
     """The input channels to build the model with, chosen as timm's scripts choose them: --in-chans, else
     --input-size's first value (--input-size 1 224 224 builds a grayscale model; timm adapts pretrained first
     convolutions to it), else None: the model's own."""
-    input_size = getattr(args, "input_size", None)
-    return getattr(args, "in_chans", None) or (input_size[0] if input_size else None)
+    input_size = getattr(options, "input_size", None)
+    return getattr(options, "in_chans", None) or (input_size[0] if input_size else None)
 
 
 def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
@@ -230,20 +265,24 @@ def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
 
 
 def add_batch_size(group: argparse._ArgumentGroup, default: int, help_text: str) -> None:
-    group.add_argument("--batch-size", "-b", type=int, default=default, metavar="N", help=help_text)
+    may_change_on_resume(
+        group.add_argument("--batch-size", "-b", type=int, default=default, metavar="N", help=help_text)
+    )
 
 
 def add_workers(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--workers", "-j", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    may_change_on_resume(group.add_argument("--workers", "-j", type=int, default=None, metavar="N", help=WORKERS_HELP))
 
 
 def add_on_bad_image(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--on-bad-image",
-        default="error",
-        choices=ON_BAD_IMAGE_CHOICES,
-        help="an unreadable image stops the run naming the file (error), or is logged and "
-        "counted (skip) (default: error)",
+    may_change_on_resume(
+        group.add_argument(
+            "--on-bad-image",
+            default="error",
+            choices=ON_BAD_IMAGE_CHOICES,
+            help="an unreadable image stops the run naming the file (error), or is logged and "
+            "counted (skip) (default: error)",
+        )
     )
 
 
@@ -253,8 +292,10 @@ def add_seed(group: argparse._ArgumentGroup) -> None:
 
 def add_loader_no_ops(group: argparse._ArgumentGroup, pin_mem_reason: str, no_prefetcher_reason: str) -> None:
     """timm's --pin-mem and --no-prefetcher: vtools' loader pins and normalizes on the device on its own."""
-    add_no_op(group, "--pin-mem", action="store_true", default=False, reason=pin_mem_reason)
-    add_no_op(group, "--no-prefetcher", action="store_true", default=False, reason=no_prefetcher_reason)
+    may_change_on_resume(add_no_op(group, "--pin-mem", action="store_true", default=False, reason=pin_mem_reason))
+    may_change_on_resume(
+        add_no_op(group, "--no-prefetcher", action="store_true", default=False, reason=no_prefetcher_reason)
+    )
 
 
 def add_naflex_refusals(
@@ -279,18 +320,20 @@ def add_naflex_refusals(
         add_refused(group, flag, reason=reason, **spec)
 
 
-def preprocess_overrides(args: argparse.Namespace) -> dict:
+def preprocess_overrides(options: Any) -> dict:
     """The preprocessing flags in the form timm's resolve_data_config reads."""
     return {
-        key: getattr(args, key, None)
+        key: getattr(options, key, None)
         for key in ("img_size", "input_size", "in_chans", "crop_pct", "crop_mode", "mean", "std", "interpolation")
     }
 
 
 def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text: str) -> None:
     """The positional data argument and its timm spelling --data-dir (either may be given)."""
-    group.add_argument("data", nargs="?", default=None, metavar=metavar, help=help_text)
-    group.add_argument("--data-dir", default=None, metavar=metavar, help=f"same as {metavar} (timm's flag)")
+    may_change_on_resume(group.add_argument("data", nargs="?", default=None, metavar=metavar, help=help_text))
+    may_change_on_resume(
+        group.add_argument("--data-dir", default=None, metavar=metavar, help=f"same as {metavar} (timm's flag)")
+    )
 
 
 def add_dataset_args(group: argparse._ArgumentGroup) -> None:
@@ -303,11 +346,13 @@ def add_dataset_args(group: argparse._ArgumentGroup) -> None:
         help="empty for image folders; torch/<name> (torchvision), wds/<name> (tar shards in "
         "--data-dir), hfds/<name> (a local Hugging Face dataset copy)",
     )
-    group.add_argument(
-        "--dataset-download",
-        action="store_true",
-        default=False,
-        help="let torchvision (torch/) or the Hub (hfds/) download the dataset",
+    may_change_on_resume(
+        group.add_argument(
+            "--dataset-download",
+            action="store_true",
+            default=False,
+            help="let torchvision (torch/) or the Hub (hfds/) download the dataset",
+        )
     )
     group.add_argument(
         "--input-key",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from vtools.cli.config import add_config_flag, parse_with_config
 from vtools.cli.flag_values import KeyValuePairs
@@ -23,6 +24,7 @@ from vtools.cli.options import (
     add_preprocess_args,
     add_seed,
     add_workers,
+    may_change_on_resume,
 )
 from vtools.cli.parser import OneLineParser, check_positive, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
@@ -34,6 +36,7 @@ DESCRIPTION = "train.py's options: timm's train.py flags with timm's names, defa
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_flag(parser)
+    may_change_on_resume(parser._option_string_actions["--config"])  # defined for every script in cli/config.py
     group = parser.add_argument_group("data")
     add_data_source_args(group, "DIR", "root holding the train and validation folders (one sub-folder per class)")
     add_dataset_args(group)
@@ -60,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_preprocess_args(parser)
     group = parser.add_argument_group("batches")
     add_batch_size(group, 128, "per-device batch size (default: 128)")
-    group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
+    may_change_on_resume(
+        group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
+    )
     group.add_argument("--grad-accum-steps", type=int, default=1, help="batches per optimizer update")
     add_workers(group)
     group = parser.add_argument_group("optimizer")
@@ -111,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup-lr", type=float, default=1e-5, help="learning rate at the start of warmup (default: 1e-5)"
     )
     group.add_argument("--min-lr", type=float, default=0.0, help="floor of the schedule (default: 0)")
-    group.add_argument("--epochs", type=int, default=300, help="epochs to train (default: 300)")
+    may_change_on_resume(group.add_argument("--epochs", type=int, default=300, help="epochs to train (default: 300)"))
     add_refused(
         group,
         "--epoch-repeats",
@@ -243,49 +248,69 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("run")
     add_seed(group)
-    group.add_argument(
-        "--log-interval",
-        type=int,
-        default=50,
-        help="batches between loss checks and bar updates; under torchrun also the updates "
-        "between the ranks' checks for a stop signal (default: 50)",
+    may_change_on_resume(
+        group.add_argument(
+            "--log-interval",
+            type=int,
+            default=50,
+            help="batches between loss checks and bar updates; under torchrun also the updates "
+            "between the ranks' checks for a stop signal (default: 50)",
+        )
     )
-    group.add_argument(
-        "--val-interval",
-        type=int,
-        default=1,
-        metavar="N",
-        help="validate and keep numbered checkpoints every N epochs and after the last (default: 1)",
+    may_change_on_resume(
+        group.add_argument(
+            "--val-interval",
+            type=int,
+            default=1,
+            metavar="N",
+            help="validate and keep numbered checkpoints every N epochs and after the last (default: 1)",
+        )
     )
-    group.add_argument("--output", default="", metavar="DIR", help="parent folder of run folders (default: runs)")
-    group.add_argument("--experiment", default="", help="run folder name (default: <model>-<timestamp>)")
-    group.add_argument(
-        "--resume",
-        default="",
-        metavar="PATH",
-        help="checkpoint to resume, or auto: the last checkpoint of --experiment, or without "
-        "one of the newest <model>-<timestamp> run in --output",
+    may_change_on_resume(
+        group.add_argument("--output", default="", metavar="DIR", help="parent folder of run folders (default: runs)")
     )
-    group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
-    group.add_argument(
-        "--no-resume-opt",
-        action="store_true",
-        default=False,
-        help="with --resume: restart the optimizer and GradScaler state, keep weights and position",
+    may_change_on_resume(
+        group.add_argument("--experiment", default="", help="run folder name (default: <model>-<timestamp>)")
     )
-    group.add_argument(
-        "--start-epoch",
-        type=int,
-        default=None,
-        metavar="N",
-        help="epoch to start at (the schedule starts there too); overrides a resumed position",
+    may_change_on_resume(
+        group.add_argument(
+            "--resume",
+            default="",
+            metavar="PATH",
+            help="checkpoint to resume, or auto: the last checkpoint of --experiment, or without "
+            "one of the newest <model>-<timestamp> run in --output",
+        )
     )
-    group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
-    group.add_argument(
-        "--log-tensorboard",
-        action="store_true",
-        default=False,
-        help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard",
+    may_change_on_resume(
+        group.add_argument("--initial-checkpoint", default="", metavar="PATH", help="weights to start from")
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--no-resume-opt",
+            action="store_true",
+            default=False,
+            help="with --resume: restart the optimizer and GradScaler state, keep weights and position",
+        )
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--start-epoch",
+            type=int,
+            default=None,
+            metavar="N",
+            help="epoch to start at (the schedule starts there too); overrides a resumed position",
+        )
+    )
+    may_change_on_resume(
+        group.add_argument("--checkpoint-hist", type=int, default=10, help="numbered checkpoints to keep")
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--log-tensorboard",
+            action="store_true",
+            default=False,
+            help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard",
+        )
     )
     group.add_argument(
         "--eval-metric",
@@ -304,13 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--no-ddp-bb", action="store_true", default=False, help="DDP does not broadcast buffers before each forward"
     )
-    group.add_argument(
-        "--synchronize-step",
-        action="store_true",
-        default=False,
-        help="wait for the device after every update (timing and debugging; slower)",
+    may_change_on_resume(
+        group.add_argument(
+            "--synchronize-step",
+            action="store_true",
+            default=False,
+            help="wait for the device after every update (timing and debugging; slower)",
+        )
     )
-    group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
+    may_change_on_resume(
+        group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
+    )
     add_device_args(parser, cpu_fallback=True)
     add_distillation_args(parser)
     add_accepted_timm_args(parser)
@@ -320,17 +349,21 @@ def build_parser() -> argparse.ArgumentParser:
 def add_train_model_args(parser: argparse.ArgumentParser) -> None:
     """Model flags of timm's train.py beyond the ones every script shares."""
     group = parser.add_argument_group("model (training)")
-    group.add_argument(
-        "--pretrained-path",
-        default=None,
-        metavar="PATH",
-        help="pretrained weights file for --model (its classifier is adapted to --num-classes)",
+    may_change_on_resume(
+        group.add_argument(
+            "--pretrained-path",
+            default=None,
+            metavar="PATH",
+            help="pretrained weights file for --model (its classifier is adapted to --num-classes)",
+        )
     )
-    group.add_argument(
-        "--grad-checkpointing",
-        action="store_true",
-        default=False,
-        help="recompute activations in the backward pass (less memory, about a third more compute)",
+    may_change_on_resume(
+        group.add_argument(
+            "--grad-checkpointing",
+            action="store_true",
+            default=False,
+            help="recompute activations in the backward pass (less memory, about a third more compute)",
+        )
     )
     group.add_argument("--head-init-scale", type=float, default=None, help="scale the classifier's initial weights")
     group.add_argument("--head-init-bias", type=float, default=None, help="initial value of the classifier's bias")
@@ -387,13 +420,17 @@ def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
     """timm train.py flags accepted for compatibility: no-ops here, or refused unless at timm's default."""
     group = parser.add_argument_group("timm compatibility (see the README's table)")
     add_loader_no_ops(group, pin_mem_reason=LOADER_NO_OP_REASON, no_prefetcher_reason=LOADER_NO_OP_REASON)
-    add_no_op(group, "--use-multi-epochs-loader", action="store_true", default=False, reason=LOADER_NO_OP_REASON)
-    add_no_op(
-        group,
-        "--local_rank",
-        type=int,
-        default=0,
-        reason="the legacy torch.distributed.launch argument; the local rank comes from LOCAL_RANK",
+    may_change_on_resume(
+        add_no_op(group, "--use-multi-epochs-loader", action="store_true", default=False, reason=LOADER_NO_OP_REASON)
+    )
+    may_change_on_resume(
+        add_no_op(
+            group,
+            "--local_rank",
+            type=int,
+            default=0,
+            reason="the legacy torch.distributed.launch argument; the local rank comes from LOCAL_RANK",
+        )
     )
     add_refused(
         group,
@@ -506,9 +543,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def mixup_requested(args: argparse.Namespace) -> bool:
-    """Whether --mixup, --cutmix or --cutmix-minmax asks for mixed batches."""
-    return args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
+def mixup_requested(options: Any) -> bool:
+    """Whether --mixup, --cutmix or --cutmix-minmax asks for mixed batches; ``options``: the Namespace, or
+    the training job's augmentation options (the same names)."""
+    return options.mixup > 0 or options.cutmix > 0 or options.cutmix_minmax is not None
 
 
 def check_train_args(args: argparse.Namespace) -> None:

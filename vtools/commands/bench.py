@@ -55,6 +55,8 @@ from vtools.bench.measure import (
     measure_onepass,
     measure_recipe,
 )
+from vtools.bench.options import BenchOptions
+from vtools.cli.typed import typed_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[2:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     _check_args(args)
+    options = typed_options(BenchOptions, args)
     if args.one:
-        print(json.dumps(measure(*args.one, args)))
+        print(json.dumps(measure(*args.one, options)))
         return 0
     from vtools.outputs import Output, check_outputs
     from vtools.results import format_table, write_rows
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(
             [("--data", args.data), ("--timm-train", args.timm_train)], [Output("--output", Path(args.output))]
         )
-    rows = _measure_all(args, argv)
+    rows = _measure_all(args, options, argv)
     add_ratios(rows)
     print(format_table(rows, COLUMNS))
     if args.output:
@@ -204,15 +207,15 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
 
 
-def _measure_all(args: argparse.Namespace, argv: list[str]) -> list[dict]:
+def _measure_all(args: argparse.Namespace, options: BenchOptions, argv: list[str]) -> list[dict]:
     """Every measurement the flags ask for, each in its own process, over stores converted once; a line on
     stderr per measurement as it finishes."""
     import tempfile
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="vtools-bench-") as stores:
-        _convert_stores(args, Path(stores))
-        for task, mode, source in _measurements(args):
+        _convert_stores(options, Path(stores))
+        for task, mode, source in _measurements(options):
             data = _photo_data(task, args, Path(stores))
             measured = _run_one(task, mode, source, [*argv, *data, "--stores", stores])
             for row in measured if isinstance(measured, list) else [measured]:
@@ -226,9 +229,9 @@ def _measure_all(args: argparse.Namespace, argv: list[str]) -> list[dict]:
                 )
         if "recipe" in args.tasks:
             for precision in args.recipe_precisions:
-                rows += measure_recipe(args, precision, Path(stores) / f"recipe-{precision}")
+                rows += measure_recipe(options, precision, Path(stores) / f"recipe-{precision}")
         if "onepass" in args.tasks:
-            rows += measure_onepass(args, Path(stores) / "onepass", [*argv, "--stores", stores])
+            rows += measure_onepass(options, Path(stores) / "onepass", [*argv, "--stores", stores])
     return rows
 
 

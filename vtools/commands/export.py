@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     optional_module("onnx", "python -m vtools export")
     optional_module("onnxruntime", "python -m vtools export")
-    target = default_output(args)
+    target = default_output(args.output, args.checkpoint, args.model_name)
     if not target.parent.is_dir():
         raise UsageError(f"--output {target}: the folder {target.parent} does not exist")
     inputs = [*model_files(args.model_name), ("--checkpoint", args.checkpoint), ("--data", args.data)]

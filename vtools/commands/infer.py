@@ -13,11 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vtools.cli.eval_flags import resolved_model_flags
 from vtools.cli.infer_flags import build_parser as build_parser  # inference.py's parser, as tests reach it
 from vtools.cli.infer_flags import parse
+from vtools.cli.typed import typed_options
 from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.readers.folder import find_image_entries, read_class_map
-from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest, open_source
 from vtools.data.readers.scan import ImageEntries
 from vtools.errors import UsageError
 from vtools.evaluation.assembly import EvalModel, EvalOptions
@@ -28,7 +30,7 @@ from vtools.observe.profiling import StepProfiler
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import Runtime, setup_runtime
+from vtools.runtime.resolve import Runtime, RuntimeOptions, setup_runtime
 
 CONSOLE_ROWS = 50
 
@@ -131,16 +133,23 @@ def inference_source(args: argparse.Namespace, root: str) -> Source:
     """The images to classify: --dataset's split of ``root``, or the image files of SOURCE; under
     --on-bad-image error, refused first on entries known to be unreadable, before any model is built."""
     if args.dataset:
-        source = open_source(SourceRequest.for_split(args, root, args.split))
+        source = open_source(SourceRequest.for_split(typed_options(DatasetOptions, args), root, args.split))
     else:
         source = Source(folder_images(root, args.class_map), None, root)
     refuse_known_bad(source.samples, args.on_bad_image)
     return source
 
 
+def inference_options(args: argparse.Namespace) -> EvalOptions:
+    """inference.py's options as the library takes them: the model's train size, as timm's inference.py;
+    it has no --reparam or --crop-border-pixels."""
+    resolved = resolved_model_flags(args)
+    return typed_options(EvalOptions, args, **resolved, use_test_size=False, reparam=False, crop_border_pixels=None)
+
+
 def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
     """The results rows of every image of ``source``, and the unreadable images skipped."""
-    options = EvalOptions.from_flags(args, use_test_size=False)  # the train size, as timm's inference.py
+    options = inference_options(args)
     model = EvalModel.load(args.model, args.checkpoint or "", options, runtime)
     labels = label_lookup(model.module, args.label_type)
     model.ready(options, runtime)  # --test-pool: crop 1.0
@@ -158,8 +167,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Classify with options that vtools.cli.infer_flags.parse gave (the runner parses before importing torch)."""
+    predict_rows(args)
+    return 0
+
+
+def predict_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """inference.py's whole run (printing, the results files): the prediction rows, one per image, as
+    written to the results files."""
     refuse_torchrun("inference.py")
-    runtime = setup_runtime(args)
+    runtime = setup_runtime(typed_options(RuntimeOptions, args))
     source = args.data or args.data_dir
     outputs_to = result_paths(args)
     check_paths(args, source, [path for path, _ in outputs_to])
@@ -171,4 +187,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"results written to {path}")
     summary = f"{len(rows)} images classified on {runtime.device}"
     print(summary + (f", {len(skipped)} unreadable skipped" if skipped else ""))
-    return 0
+    return rows

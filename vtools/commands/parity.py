@@ -31,6 +31,7 @@ from vtools.cli.options import (
     timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
+from vtools.cli.typed import typed_options
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images
@@ -42,7 +43,7 @@ from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import setup_runtime
+from vtools.runtime.resolve import RuntimeOptions, setup_runtime
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,12 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_args(args: argparse.Namespace) -> None:
+def check_args(args: argparse.Namespace) -> str:
+    """The command line's one-line refusals, before any model is built; the model to compare (MODEL or
+    --model)."""
     check_values(args)
     if args.model_name and args.model and args.model_name != args.model:
         raise UsageError(f"two models given: {args.model_name} and --model {args.model}")
-    args.model = args.model_name or args.model
-    if not args.model:
+    model_name = args.model_name or args.model
+    if not model_name:
         raise UsageError("give the model: MODEL (a timm name, hf-hub:..., or a model folder)")
     for name in ("steps", "batch_size"):
         if getattr(args, name) < 1:
@@ -114,15 +117,16 @@ def check_args(args: argparse.Namespace) -> None:
     if args.data:
         find_images(args.data)  # a bad --data fails before any model is built
     if args.results_file:
-        inputs = [*model_files(args.model), ("--checkpoint", args.checkpoint), ("--data", args.data)]
+        inputs = [*model_files(model_name), ("--checkpoint", args.checkpoint), ("--data", args.data)]
         check_outputs(inputs, [Output("--results-file", Path(args.results_file))])
+    return model_name
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     refuse_torchrun("python -m vtools parity")
-    check_args(args)
-    runtime = setup_runtime(args)  # --device, its AMP policy, the cpu budget
+    model_name = check_args(args)
+    runtime = setup_runtime(typed_options(RuntimeOptions, args))  # --device, its AMP policy, the cpu budget
     reference = resolve_device(args.against, args.device_modules or (), flag="--against")
     reference_amp = resolve_amp(reference, False)
     tols = parity.default_tolerances(runtime.amp.dtype_name, args.tol, args.grad_tol)
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision("highest")
     seed_everything(args.seed)
     model = create_model(
-        args.model,
+        model_name,
         pretrained=args.pretrained,
         num_classes=args.num_classes,
         in_chans=model_in_chans(args),
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     images, targets, batch_words = parity_batch(args, data_config)
     layout = ", channels_last" if args.channels_last else ""
     print(
-        f"parity: {args.model} on {runtime.device} ({runtime.amp.dtype_name}{layout}) against {reference} (float32), "
+        f"parity: {model_name} on {runtime.device} ({runtime.amp.dtype_name}{layout}) against {reference} (float32), "
         f"{batch_words} at {tuple(data_config['input_size'])}, {args.steps} step(s); tolerance "
         f"{tols['forward']:g} (activations), {tols['backward']:g} (gradients)",
         flush=True,

@@ -15,15 +15,19 @@ import math
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 
+from vtools.cli.config import dump_config
+from vtools.cli.options import resume_changeable
 from vtools.cli.train_flags import build_parser as build_parser  # train.py's parser, as tests and tools reach it
 from vtools.cli.train_flags import parse
+from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
 from vtools.errors import UsageError
 from vtools.evaluation.loops import EvalResult
 from vtools.evaluation.report_files import OVERALL
 from vtools.models.create import weights_description
-from vtools.observe.curves import ScalarLog, plot_runs
+from vtools.observe.curves import ScalarLog, plot_runs, read_summary_rows
 from vtools.observe.data_wait import DataWaitVerdict, LoaderSetting
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.figures import pyplot
@@ -35,11 +39,12 @@ from vtools.runtime.resolve import Runtime, setup_runtime
 from vtools.train import recipe
 from vtools.train.assemble import Loaders
 from vtools.train.checkpoint import BEST, LAST
+from vtools.train.job import TrainJob
 from vtools.train.loop import EpochResult, LogPoint, StopRequest, exit_code
-from vtools.train.resume import RunFolder, choose_run_folder
+from vtools.train.resume import RunFolder, SavedOptions, choose_run_folder
 from vtools.train.run import Say, TrainingRun, set_up
 from vtools.train.run_clock import RunClock, clock_text
-from vtools.train.run_files import CONFIG_NAMES, EVAL_DIR, MODEL_DIR, SUMMARY
+from vtools.train.run_files import CONFIG_NAMES, EVAL_DIR, MODEL_DIR, SUMMARY, TrainOutcome, write_run_config
 from vtools.train.run_lock import FolderClaim, owned_folder
 
 
@@ -50,25 +55,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Train with options that vtools.cli.train_flags.parse gave (the runner parses before importing torch)."""
-    runtime = setup_runtime(args)
-    if args.sync_bn and runtime.device.type == "cpu":
+    return train_run(args).code
+
+
+def train_run(args: argparse.Namespace) -> TrainOutcome:
+    """Train as ``train.py`` does with these options (printing what it prints) and say how the run ended:
+    the seam the Python API calls. The options become a typed :class:`TrainJob` here, once."""
+    job = typed_options(TrainJob, args)
+    runtime = setup_runtime(job.runtime)
+    if job.distributed.sync_bn and runtime.device.type == "cpu":
         raise UsageError("--sync-bn needs an accelerator: torch's SyncBatchNorm does not run on cpu")
-    device = runtime.device
-    if args.dist_backend:
-        dev.dist_backend(device, args.dist_backend)  # an unavailable backend fails now, not inside torchrun
-    dist_info = init_distributed(device, args.dist_backend)
+    device, backend = runtime.device, job.distributed.dist_backend
+    if backend:
+        dev.dist_backend(device, backend)  # an unavailable backend fails now, not inside torchrun
+    dist_info = init_distributed(device, backend)
     try:
-        return train(args, runtime, dist_info)
+        return train(args, job, runtime, dist_info)
     finally:
         shutdown()
 
 
-def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> int:
+def train(args: argparse.Namespace, job: TrainJob, runtime: Runtime, dist_info: DistInfo) -> TrainOutcome:
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
-    run = choose_run_folder(args, dist_info)
+    run = choose_run_folder(job.run, job.model.model, job.data.data_dir, dist_info)
     with owned_folder(run.path, enabled=dist_info.is_main, made=run.made) as claim:
-        with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
-            code, last_lines = run_training(args, run, runtime, dist_info, claim)
+        with FallbackWatch(runtime.device.type, fatal=job.run.no_cpu_fallback) as fallbacks:
+            code, last_lines, model_dir = run_training(args, job, run, runtime, dist_info, claim)
         if dist_info.is_main:  # every rank runs the same operators: rank 0's count stands for the run
             path = claim.folder / CSV_NAME
             claim.wrote(path, created=not path.exists())
@@ -76,59 +88,73 @@ def train(args: argparse.Namespace, runtime: Runtime, dist_info: DistInfo) -> in
             print(fallbacks.summary(str(path)))
             for line in last_lines:
                 print(line)
-        return code
+        summary = claim.folder / SUMMARY
+        rows = read_summary_rows(summary) if dist_info.is_main and summary.is_file() else []
+        return TrainOutcome(code, claim.folder, model_dir, rows)
 
 
 def run_training(
-    args: argparse.Namespace, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
-) -> tuple[int, list[str]]:
-    """Set the run up, say how it starts, train its epochs and finish it. Returns the exit code and, for a
-    run that finished, its final summary (printed after the fallback count)."""
+    args: argparse.Namespace, job: TrainJob, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
+) -> tuple[int, list[str], Path | None]:
+    """Set the run up, say how it starts, train its epochs and finish it. Returns the exit code, for a run
+    that finished its final summary (printed after the fallback count), and the model folder it exported."""
     say = print if dist_info.is_main else (lambda *a, **k: None)
-    training = set_up(args, run, runtime, dist_info, claim, say)
-    for line in start_lines(args, runtime, training):
+    saved = SavedOptions(dict(vars(args)), resume_changeable(build_parser()))
+    training = set_up(job, saved, run, runtime, dist_info, claim, say)
+    if dist_info.is_main:
+        write_run_config(config_text(args, training.settings.batch_size), claim, say)
+    for line in start_lines(job, runtime, training):
         say(line)
     training.start()
-    watch = watch_run(args, runtime, training, say)
-    check_every = args.log_interval if dist_info.enabled else 1  # how often the ranks agree on a stop
+    watch = watch_run(job, runtime, training, say)
+    check_every = job.logging.log_interval if dist_info.enabled else 1  # how often the ranks agree on a stop
     with StopRequest(runtime.device, check_every=check_every) as stop, closing(watch.scalars):
         code = train_epochs(training, stop, watch, say)
         if code is not None:
-            return code, []
+            return code, [], None
         with stop.shielded():  # the run's last files are written whole, whatever signal comes now
-            finish(training, say)
+            model_dir = finish(training, say)
         epochs = training.num_epochs - training.position.epoch  # in this process
         last_lines = final_summary(claim, training.clock, epochs, watch.data_wait)
         if stop.requested:
             say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
-    return 0, last_lines
+    return 0, last_lines, model_dir
 
 
-def start_lines(args: argparse.Namespace, runtime: Runtime, training: TrainingRun) -> list[str]:
+def config_text(args: argparse.Namespace, batch_size: int) -> str:
+    """config.yaml's text: the parsed options, with the batch size the run trains with (fitted to a tiny
+    set), so that ``train.py -c config.yaml`` and a resume repeat the run."""
+    return dump_config(argparse.Namespace(**{**vars(args), "batch_size": batch_size}), CONFIG_NAMES[0])
+
+
+def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[str]:
     """What the run says before its first step: what trains where and how, and warnings about its options."""
     parts, world_size, lr, num_epochs = training.parts, training.dist_info.world_size, training.lr, training.num_epochs
     lines = [
-        f"training {args.model} on {runtime.device} ({runtime.amp.dtype_name}"
+        f"training {job.model.model} on {runtime.device} ({runtime.amp.dtype_name}"
         f"{', GradScaler' if parts.scaler else ''}), {len(training.loaders.sampler.order) * world_size} train / "
         f"{len(training.loaders.val.dataset)} val images, {training.data.num_classes} classes, "
         f"{rate_text(lr, recipe.mean_lr(parts.optimizer))}, {num_epochs} epochs, {world_size} process(es) -> "
         f"{training.claim.folder}"
     ]
-    if not args.warmup_prefix and args.warmup_epochs >= num_epochs:
+    optim = job.optim
+    if not optim.warmup_prefix and optim.warmup_epochs >= num_epochs:
         lines.append(
-            f"warning: --warmup-epochs {args.warmup_epochs} is not shorter than this run's {num_epochs} epoch(s): "
+            f"warning: --warmup-epochs {optim.warmup_epochs} is not shorter than this run's {num_epochs} epoch(s): "
             f"the rate never reaches --lr {lr:.4g} (use fewer warm-up epochs, or --warmup-prefix)"
         )
     if parts.task is not None:
+        distill = job.distill
         lines.append(
-            f"distilling from {args.kd_model_name} (logit, temperature {args.kd_temperature}, task weight "
+            f"distilling from {distill.kd_model_name} (logit, temperature {distill.kd_temperature}, task weight "
             f"{parts.task.task_loss_weight:g}, distillation weight {parts.task.distill_loss_weight:g})"
         )
     lines += [f"device: {note}" for note in runtime.notes]
     lines.append(f"cpu budget: {runtime.budget.describe()}")
     if not training.resumed:
         num_classes = training.data.num_classes
-        lines.append(weights_description(args.model, args.pretrained, num_classes, args.initial_checkpoint))
+        model = job.model
+        lines.append(weights_description(model.model, model.pretrained, num_classes, model.initial_checkpoint))
     return lines
 
 
@@ -143,13 +169,13 @@ class RunWatch:
     on_log: Callable[[LogPoint], None]
 
 
-def watch_run(args: argparse.Namespace, runtime: Runtime, training: TrainingRun, say: Say) -> RunWatch:
+def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say) -> RunWatch:
     """TensorBoard and the profile on rank 0, the data-wait advice for this run's loaders, and a log step
     that goes to TensorBoard and (without a progress bar) to a line with the run's ETA."""
     is_main, out_dir = training.dist_info.is_main, training.claim.folder
-    scalars = ScalarLog(out_dir / "tensorboard" if args.log_tensorboard and is_main else None)
-    profiler = StepProfiler(args.profile, runtime.device, out_dir, "train", enabled=is_main)
-    data_wait = DataWaitVerdict(loader_setting(args, runtime, training.loaders, training.data.train))
+    scalars = ScalarLog(out_dir / "tensorboard" if job.logging.log_tensorboard and is_main else None)
+    profiler = StepProfiler(job.logging.profile, runtime.device, out_dir, "train", enabled=is_main)
+    data_wait = DataWaitVerdict(loader_setting(job, runtime, training.loaders, training.data.train))
 
     def on_log(point: LogPoint) -> None:
         scalars.step(point.num_updates, point.loss, point.lr, point.images_per_second)
@@ -191,14 +217,15 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
     return None
 
 
-def finish(training: TrainingRun, say: Say) -> None:
-    """After the last epoch: curves and the class report's pictures, then the best weights as a model folder."""
+def finish(training: TrainingRun, say: Say) -> Path | None:
+    """After the last epoch: curves and the class report's pictures, then the best weights as a model
+    folder (its path, on rank 0)."""
     is_main, claim = training.dist_info.is_main, training.claim
     curves = draw_curves(claim) if is_main else ""  # from summary.csv, while the last checkpoint is written
     report = draw_eval_report(claim) if is_main else ""
     exported = training.finish()
     if exported is None:
-        return
+        return None
     say(
         f"best {training.settings.eval_metric} {exported.best_metric:.4f} at epoch {exported.best_epoch}; "
         f"model folder: {exported.folder}"
@@ -209,16 +236,17 @@ def finish(training: TrainingRun, say: Say) -> None:
     say(curves)
     if report:
         say(report)
+    return exported.folder
 
 
-def loader_setting(args: argparse.Namespace, runtime: Runtime, loaders: Loaders, source: Source) -> LoaderSetting:
+def loader_setting(job: TrainJob, runtime: Runtime, loaders: Loaders, source: Source) -> LoaderSetting:
     """What the data-wait advice depends on, for this run."""
     paths = source.samples.paths  # a few spread over the set, not a copy of a million names
     return LoaderSetting(
         runtime.budget,
-        workers_given=args.workers is not None,
-        from_files=not args.dataset,
-        data_path=args.data_dir or "",
+        workers_given=job.runtime.workers is not None,
+        from_files=not job.data.dataset,
+        data_path=job.data.data_dir or "",
         img_size=int(loaders.data_config["input_size"][-1]),
         sample_files=tuple(str(path) for path in paths[:: max(1, len(paths) // 8)][:8]),
     )

@@ -8,6 +8,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import glob
 import os
@@ -17,6 +18,8 @@ from typing import Any
 
 import timm
 
+from vtools.cli.eval_flags import resolved_model_flags
+from vtools.cli.typed import typed_options
 from vtools.cli.validate_flags import build_parser as build_parser  # validate.py's parser, as tests reach it
 from vtools.cli.validate_flags import parse
 from vtools.data.datasets import FileSamples, refuse_known_bad
@@ -24,8 +27,9 @@ from vtools.data.readers.folder import (
     labelled_images,
     resolve_split_dir,
 )
-from vtools.data.readers.registry import SourceRequest, open_source
+from vtools.data.readers.registry import DatasetOptions, SourceRequest, open_source
 from vtools.errors import RunFailed, UsageError
+from vtools.evaluation.assembly import EvalOptions
 from vtools.evaluation.batch_retry import with_smaller_batches
 from vtools.evaluation.class_report import ClassReport
 from vtools.evaluation.report_files import CONFUSION_CELLS, report_file_names
@@ -37,7 +41,7 @@ from vtools.observe.report_plots import CONFUSION_PNG, RELIABILITY_PNG, draw_rep
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import Runtime, setup_runtime
+from vtools.runtime.resolve import Runtime, RuntimeOptions, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 REPORT_NAMES = (*report_file_names(1), CONFUSION_CELLS, CONFUSION_PNG, RELIABILITY_PNG)  # what --report writes
@@ -90,14 +94,26 @@ def check_data_first(args: argparse.Namespace) -> None:
     if not root:
         raise UsageError("give the data to validate (DIR or --data-dir)")
     if args.dataset:
-        open_source(SourceRequest.for_split(args, root, args.split))
+        open_source(SourceRequest.for_split(typed_options(DatasetOptions, args), root, args.split))
     else:  # empty class folders are judged once the model says how labels are matched
         found = labelled_images(resolve_split_dir(root, args.split), check_empty=False)
         refuse_known_bad(FileSamples(found.entries.paths, unreadable=found.entries.unreadable), args.on_bad_image)
 
 
+def validation_options(args: argparse.Namespace) -> ValidationOptions:
+    """validate.py's options as the library takes them: the pretrained config's test size unless
+    --use-train-size."""
+    evaluation = typed_options(EvalOptions, args, **resolved_model_flags(args), use_test_size=not args.use_train_size)
+    return typed_options(ValidationOptions, args, evaluation=evaluation)
+
+
 def validate_one(
-    args: argparse.Namespace, model_name: str, checkpoint: str, runtime: Runtime, report_dir: Path | None = None
+    args: argparse.Namespace,
+    options: ValidationOptions,
+    model_name: str,
+    checkpoint: str,
+    runtime: Runtime,
+    report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Validate one model/checkpoint pair and return its results row (timm's keys first); with
     ``report_dir``, write its class report there and say where."""
@@ -106,7 +122,6 @@ def validate_one(
         label = f"validate-{pair_name(model_name, checkpoint)}"
         return StepProfiler(args.profile, runtime.device, _profile_folder(args), label).wrap(loader)
 
-    options = ValidationOptions.from_flags(args)
     result = validate_model(model_name, checkpoint, options, runtime, report_dir, profiled)
     if result.report is not None and report_dir is not None:
         print(f"class report: {report_dir} ({report_summary(result.report)}){draw_pictures(report_dir)}")
@@ -172,6 +187,7 @@ def pair_name(model: str, checkpoint: str) -> str:
 
 def validate_with_retry(
     args: argparse.Namespace,
+    options: ValidationOptions,
     model_name: str,
     checkpoint: str,
     runtime: Runtime,
@@ -181,11 +197,11 @@ def validate_with_retry(
     """timm's --retry: on an out-of-memory error, validate again with the next smaller batch size."""
 
     def attempt(batch_size: int) -> dict[str, Any]:
-        return validate_one(
-            argparse.Namespace(**{**vars(args), "batch_size": batch_size}), model_name, checkpoint, runtime, report_dir
-        )
+        smaller = dataclasses.replace(options.evaluation, batch_size=batch_size)
+        retried = dataclasses.replace(options, evaluation=smaller)
+        return validate_one(args, retried, model_name, checkpoint, runtime, report_dir)
 
-    return with_smaller_batches(attempt, args.batch_size, retry, model_name)
+    return with_smaller_batches(attempt, options.evaluation.batch_size, retry, model_name)
 
 
 def _skipped_text(row: dict[str, Any]) -> str:
@@ -211,20 +227,28 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Validate with options that vtools.cli.validate_flags.parse gave (the runner parses before importing torch)."""
+    validate_models(args)
+    return 0
+
+
+def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """validate.py's whole run (printing, the --results-file, a one-line error when a model failed): the
+    results rows, as written to --results-file."""
     refuse_torchrun("validate.py")
-    runtime = setup_runtime(args)
+    runtime = setup_runtime(typed_options(RuntimeOptions, args))
     models = expand_models(args.model, args.pretrained)
     checkpoints = expand_checkpoints(args.checkpoint)
     pairs = [(model_name, checkpoint) for model_name in models for checkpoint in checkpoints]
     reports = report_folders(args.report, pairs)
     check_paths(args, pairs, reports)
     check_data_first(args)
+    options = validation_options(args)
     rows, failures = [], []
     retry = args.retry or len(pairs) > 1  # timm retries every model of a bulk run
     with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
         for (model_name, checkpoint), report_dir in zip(pairs, reports):
             try:
-                row = validate_with_retry(args, model_name, checkpoint, runtime, retry, report_dir)
+                row = validate_with_retry(args, options, model_name, checkpoint, runtime, retry, report_dir)
             except (UsageError, RunFailed) as err:
                 if len(pairs) == 1:
                     raise
@@ -261,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
     if failures:
         raise models_failed(failures, len(pairs), args.results_file if rows else "")
-    return 0
+    return rows
 
 
 def models_failed(failures: list[tuple[str, Exception]], total: int, results_file: str) -> UsageError | RunFailed:

@@ -7,7 +7,6 @@ uses the model's own eval preprocessing on real images, so it checks what ships.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import warnings
@@ -26,16 +25,17 @@ from vtools.models.create import model_folder_of
 from vtools.optional import optional_module
 
 
-def default_output(args: argparse.Namespace) -> Path:
-    """Beside the weights: in the model folder, beside the checkpoint, or ./<name>.onnx."""
-    if args.output:
-        return Path(args.output)
-    if args.checkpoint:
-        return Path(args.checkpoint).with_suffix("").with_suffix(".onnx")
-    folder = model_folder_of(args.model_name)
+def default_output(output: str, checkpoint: str, model_name: str) -> Path:
+    """``output`` (--output) if given, else beside the weights: beside the checkpoint, in the model folder,
+    or ./<name>.onnx."""
+    if output:
+        return Path(output)
+    if checkpoint:
+        return Path(checkpoint).with_suffix("").with_suffix(".onnx")
+    folder = model_folder_of(model_name)
     if folder is not None:
         return folder / "model.onnx"
-    return Path(f"{Path(args.model_name).name.replace(':', '_')}.onnx")
+    return Path(f"{Path(model_name).name.replace(':', '_')}.onnx")
 
 
 def check_images(data: str, data_config: dict[str, Any], count: int) -> torch.Tensor:

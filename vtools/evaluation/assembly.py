@@ -14,13 +14,12 @@ from typing import Any
 
 import torch
 
-from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, eval_device_loader
 from vtools.data.memory_estimate import LoaderUse, check_host_memory
 from vtools.data.readers.registry import Source
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
-from vtools.evaluation.model_flags import check_input_mode, ready_for_eval, reparameterized
+from vtools.evaluation.model_flags import ReadyOptions, check_input_mode, ready_for_eval, reparameterized
 from vtools.models.activation_memory import activation_bytes_per_image
 from vtools.models.create import create_model
 from vtools.models.prepare import count_params, use_channels_last
@@ -29,47 +28,38 @@ from vtools.runtime.resolve import Runtime
 
 @dataclass(frozen=True)
 class EvalOptions:
-    """What the evaluation scripts' flags ask of the model and its loader, read once from the command line."""
+    """What the evaluation scripts' flags ask of the model and its loader. Field names are the flags'
+    dests; the command builds it (``vtools.cli.typed.typed_options``) and passes the values it resolves
+    after parsing as overrides: ``in_chans``, ``model_kwargs`` and ``use_test_size``."""
 
     num_classes: int | None
-    in_chans: int | None
-    model_kwargs: dict[str, Any]
+    in_chans: int | None  # resolved: --in-chans, else --input-size's channels, else None (the model's)
+    model_kwargs: dict[str, Any]  # resolved: --model-kwargs with --gp as timm passes it
     use_ema: bool
     pretrained: bool  # --pretrained; without a checkpoint the pretrained weights are loaded anyway
-    preprocess: dict[str, Any]  # img_size, crop_pct, mean... as timm's resolve_data_config reads them
-    use_test_size: bool  # the pretrained config's test size (validate.py unless --use-train-size)
-    reparam: bool
+    img_size: int | None
+    input_size: list[int] | None
+    crop_pct: float | None
+    crop_mode: str | None
+    mean: list[float] | None
+    std: list[float] | None
+    interpolation: str | None
+    use_test_size: bool  # resolved: the pretrained config's test size (validate.py unless --use-train-size)
+    reparam: bool  # inference.py has no --reparam: off there
     channels_last: bool | None  # None: where it is faster
-    test_pool: bool
-    torchcompile: str | None
-    torchcompile_mode: str | None
+    ready: ReadyOptions
     input_img_mode: str | None
-    crop_border_pixels: int | None
+    crop_border_pixels: int | None  # inference.py has no --crop-border-pixels: None there
     batch_size: int
     on_bad_image: str
 
-    @classmethod
-    def from_flags(cls, flags: Any, use_test_size: bool) -> EvalOptions:
-        """The options of a parsed validate.py or inference.py command line (inference.py has no
-        --reparam or --crop-border-pixels: they are off there)."""
-        return cls(
-            num_classes=flags.num_classes,
-            in_chans=model_in_chans(flags),
-            model_kwargs=timm_model_kwargs(flags),
-            use_ema=flags.use_ema,
-            pretrained=flags.pretrained,
-            preprocess=preprocess_overrides(flags),
-            use_test_size=use_test_size,
-            reparam=getattr(flags, "reparam", False),
-            channels_last=flags.channels_last,
-            test_pool=flags.test_pool,
-            torchcompile=flags.torchcompile,
-            torchcompile_mode=flags.torchcompile_mode,
-            input_img_mode=flags.input_img_mode,
-            crop_border_pixels=getattr(flags, "crop_border_pixels", None),
-            batch_size=flags.batch_size,
-            on_bad_image=flags.on_bad_image,
-        )
+    @property
+    def preprocess(self) -> dict[str, Any]:
+        """The preprocessing flags in the form timm's resolve_data_config reads."""
+        return {key: getattr(self, key) for key in PREPROCESS_KEYS}
+
+
+PREPROCESS_KEYS = ("img_size", "input_size", "in_chans", "crop_pct", "crop_mode", "mean", "std", "interpolation")
 
 
 @dataclass
@@ -105,7 +95,9 @@ class EvalModel:
 
     def ready(self, options: EvalOptions, runtime: Runtime) -> None:
         """--test-pool (crop 1.0 in the data config then), --model-dtype, memory layout, --torchcompile."""
-        self.module = ready_for_eval(options, self.plain, self.data_config, runtime.model_dtype, self.channels_last)
+        self.module = ready_for_eval(
+            options.ready, self.plain, self.data_config, runtime.model_dtype, self.channels_last
+        )
 
     def loader(
         self, source: Source, options: EvalOptions, runtime: Runtime, use: str, skipped: list[str]

@@ -8,7 +8,7 @@ timm's order is kept: create, load weights, --reparam, resolve the data config,
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,8 +33,17 @@ def check_input_mode(mode: str, data_config: dict[str, Any]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ReadyOptions:
+    """The flags that change a created model before evaluation (field names are the flags' dests)."""
+
+    test_pool: bool  # --test-pool: timm's test-time pooling on inputs larger than the pretrained size
+    torchcompile: str | None  # --torchcompile BACKEND
+    torchcompile_mode: str | None
+
+
 def ready_for_eval(
-    args: argparse.Namespace,
+    options: ReadyOptions,
     model: torch.nn.Module,
     data_config: dict[str, Any],
     model_dtype: torch.dtype | None,
@@ -42,7 +51,7 @@ def ready_for_eval(
 ) -> torch.nn.Module:
     """--test-pool (which sets the crop to 1.0 in ``data_config``, as timm's scripts do), --model-dtype,
     memory layout and --torchcompile/--torchcompile-mode. Call before the loader is built from ``data_config``."""
-    if args.test_pool:
+    if options.test_pool:
         from timm.layers import apply_test_time_pool
 
         device = next(model.parameters()).device
@@ -53,7 +62,7 @@ def ready_for_eval(
             print(f"test-time pooling: input {data_config['input_size'][-2:]} is larger than the pretrained size")
     if model_dtype is not None:
         model = model.to(dtype=model_dtype)
-    return prepare_for_eval(model, channels_last, args.torchcompile, args.torchcompile_mode)
+    return prepare_for_eval(model, channels_last, options.torchcompile, options.torchcompile_mode)
 
 
 def reparameterized(model: torch.nn.Module) -> torch.nn.Module:

@@ -33,17 +33,19 @@ from vtools.runtime.resolve import Runtime
 
 @dataclass(frozen=True)
 class ValidationOptions:
-    """validate.py's options for one pass, read once from its command line."""
+    """validate.py's options for one pass. Field names are the flags' dests; the command builds it
+    (``vtools.cli.typed.typed_options``) with ``evaluation`` built the same way and given as an override."""
 
-    model: EvalOptions
+    evaluation: EvalOptions  # the model and its loader
     dataset: str
     dataset_download: bool
     input_key: str | None
     target_key: str | None
-    root: str  # DIR, else --data-dir
+    data: str | None
+    data_dir: str | None
     split: str
     class_map: str
-    model_pattern: str  # --model as given, for messages
+    model: str  # --model as given, for messages
     seed: int
     valid_labels: str
     real_labels: str
@@ -52,26 +54,10 @@ class ValidationOptions:
     report_worst: int
     log_freq: int
 
-    @classmethod
-    def from_flags(cls, flags: Any) -> ValidationOptions:
-        return cls(
-            model=EvalOptions.from_flags(flags, use_test_size=not flags.use_train_size),
-            dataset=flags.dataset,
-            dataset_download=flags.dataset_download,
-            input_key=flags.input_key,
-            target_key=flags.target_key,
-            root=flags.data or flags.data_dir or "",
-            split=flags.split,
-            class_map=flags.class_map,
-            model_pattern=flags.model,
-            seed=flags.seed,
-            valid_labels=flags.valid_labels,
-            real_labels=flags.real_labels,
-            metrics_avg=flags.metrics_avg,
-            calibration_bins=flags.calibration_bins,
-            report_worst=flags.report_worst,
-            log_freq=flags.log_freq,
-        )
+    @property
+    def root(self) -> str:
+        """The folder or store validated: DIR, else --data-dir."""
+        return self.data or self.data_dir or ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +103,7 @@ def open_validation_source(
     else:
         say(f"{split_dir}: {len(classes)} class folders, {len(source)} images; {how}")
     if source.highest_label() >= outputs.count:
-        raise UsageError(too_many_classes(source, options.model_pattern, outputs.count))
+        raise UsageError(too_many_classes(source, options.model, outputs.count))
     return source
 
 
@@ -174,12 +160,12 @@ def validate_model(
     """Validate ``name`` with ``checkpoint``'s weights (pretrained ones without) and make its row; with
     ``report_dir``, write its class report there. ``wrap`` wraps the loader (a step profiler)."""
     random_seed(options.seed)  # as timm's validate.py, before the model and the loader (--interpolation random)
-    model = EvalModel.load(name, checkpoint, options.model, runtime)
+    model = EvalModel.load(name, checkpoint, options.evaluation, runtime)
     outputs = ScoredOutputs.of(model.module, options.valid_labels)
-    model.ready(options.model, runtime)  # --test-pool: crop 1.0
+    model.ready(options.evaluation, runtime)  # --test-pool: crop 1.0
     source = open_validation_source(options, outputs, say)
     skipped: list[str] = []
-    loader = model.loader(source, options.model, runtime, "validation", skipped)
+    loader = model.loader(source, options.evaluation, runtime, "validation", skipped)
     watchers = LogitWatchers(options, source, outputs.count, runtime.device, report_dir is not None)
     result = evaluate(
         model.module,

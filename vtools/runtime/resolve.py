@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import torch
@@ -27,30 +26,47 @@ class Runtime:
     notes: tuple[str, ...] = ()  # preflight's notes (the chip and its precision, settings applied)
 
 
-def setup_runtime(args: argparse.Namespace) -> Runtime:
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The flags :func:`setup_runtime` reads: device, precision, the cpu budget and speed switches."""
+
+    device: str  # a device spec: auto, cpu, cuda:1, npu, ...
+    device_modules: list[str] | None  # extra modules that register a device type
+    amp: bool
+    amp_dtype: str
+    threads: int | None
+    bind_cores: bool
+    device_settings: bool  # apply the chip's recommended settings
+    fast_norm: bool
+    model_dtype: str | None  # a torch dtype name for the weights and the batches
+    # parity.py builds no loader, so it has no --workers: the only field with a default
+    workers: int | None = None
+
+
+def setup_runtime(options: RuntimeOptions) -> Runtime:
     """Resolve --device/--device-modules and --amp/--amp-dtype into a :class:`Runtime`, apply the
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
     split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
     adopt_srun_launch()  # srun's SLURM_* as torchrun's RANK/LOCAL_RANK/...: LOCAL_RANK picks the device
-    stop_on_errors(preflight.before_device(args.device))
-    device = resolve_device(args.device, args.device_modules or ())
-    findings = preflight.after_device(device, args.device)
+    stop_on_errors(preflight.before_device(options.device))
+    device = resolve_device(options.device, options.device_modules or ())
+    findings = preflight.after_device(device, options.device)
     stop_on_errors(findings)
     notes = [
         finding.text if finding.severity == "note" else f"{finding.severity}: {finding.text}"
         for finding in findings
         if "recommended" not in finding.text
     ]
-    if getattr(args, "device_settings", False):
+    if options.device_settings:
         notes += [f"applied {setting}" for setting in preflight.apply_settings(device)]
     apply_tuning(device)
-    budget = setup_cpu_budget(device, getattr(args, "workers", None), args.threads, args.bind_cores)
-    if getattr(args, "fast_norm", False):
+    budget = setup_cpu_budget(device, options.workers, options.threads, options.bind_cores)
+    if options.fast_norm:
         set_fast_norm()  # before any model is built: timm's norm layers read it when created
-    model_dtype = getattr(torch, args.model_dtype) if getattr(args, "model_dtype", None) else None
+    model_dtype = getattr(torch, options.model_dtype) if options.model_dtype else None
     return Runtime(
         device=device,
-        amp=resolve_amp(device, args.amp, args.amp_dtype),
+        amp=resolve_amp(device, options.amp, options.amp_dtype),
         budget=budget,
         model_dtype=model_dtype,
         notes=tuple(notes),

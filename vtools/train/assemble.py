@@ -6,7 +6,6 @@ measures exactly what train.py runs.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
+from vtools.train.job import AugmentOptions, DataOptions, DistillOptions, DistributedOptions, ModelOptions, TrainJob
 from vtools.train.loop import TrainComponents
 
 # a training set's decoded images (split among its loader processes) and a validation set's batches are
@@ -42,50 +42,50 @@ KEEP_TRAINING_BYTES = 512 << 20
 KEEP_VALIDATION_BYTES = 512 << 20
 
 
-def build_datasets(args: argparse.Namespace) -> tuple[Source, Source, list[str] | None]:
+def build_datasets(data: DataOptions) -> tuple[Source, Source, list[str] | None]:
     """Training and validation sources (whatever stores them) and the class names."""
 
     def request(split: str, class_map: dict[str, int] | None = None) -> SourceRequest:
-        return SourceRequest.for_split(args, args.data_dir or "", split, class_map)
+        return SourceRequest.for_split(data, data.data_dir or "", split, class_map)
 
-    if not args.dataset:
-        root = args.data_dir
-        if resolve_split_dir(root, args.train_split) == resolve_split_dir(root, args.val_split):
-            raise UsageError(f"{root}: no separate {args.train_split} and {args.val_split} folders found")
-    given_map = read_class_map(args.class_map) if args.class_map else None
-    train = open_source(request(args.train_split, given_map))
-    class_map = given_map or ({name: index for index, name in enumerate(train.classes)} if not args.dataset else None)
-    val = open_source(request(args.val_split, class_map))
+    if not data.dataset:
+        root = data.data_dir
+        if resolve_split_dir(root, data.train_split) == resolve_split_dir(root, data.val_split):
+            raise UsageError(f"{root}: no separate {data.train_split} and {data.val_split} folders found")
+    given_map = read_class_map(data.class_map) if data.class_map else None
+    train = open_source(request(data.train_split, given_map))
+    class_map = given_map or ({name: index for index, name in enumerate(train.classes)} if not data.dataset else None)
+    val = open_source(request(data.val_split, class_map))
     for source in (train, val):
-        refuse_known_bad(source.samples, args.on_bad_image)
+        refuse_known_bad(source.samples, data.on_bad_image)
     return train, val, train.classes
 
 
 def build_model(
-    args: argparse.Namespace, num_classes: int, device: torch.device, dtype: torch.dtype | None = None
+    options: ModelOptions, num_classes: int, device: torch.device, dtype: torch.dtype | None = None
 ) -> torch.nn.Module:
     """The model to train, built as timm's train.py builds it: dropout, drop-path (--drop-connect is its
     old name), DropBlock, BatchNorm settings, --pretrained-path with its classifier adapted, classifier
     init, gradient checkpointing, and --model-dtype."""
-    overlay = {"file": args.pretrained_path, "num_classes": -1} if args.pretrained_path else None
+    overlay = {"file": options.pretrained_path, "num_classes": -1} if options.pretrained_path else None
     model = create_model(
-        args.model,
-        pretrained=args.pretrained or bool(args.pretrained_path),
+        options.model,
+        pretrained=options.pretrained or bool(options.pretrained_path),
         num_classes=num_classes,
-        in_chans=model_in_chans(args),
-        model_kwargs=timm_model_kwargs(args),
-        drop_rate=args.drop,
-        drop_path_rate=args.drop_path if args.drop_path is not None else args.drop_connect,
-        drop_block_rate=args.drop_block,
-        bn_momentum=args.bn_momentum,
-        bn_eps=args.bn_eps,
+        in_chans=model_in_chans(options),
+        model_kwargs=timm_model_kwargs(options),
+        drop_rate=options.drop,
+        drop_path_rate=options.drop_path if options.drop_path is not None else options.drop_connect,
+        drop_block_rate=options.drop_block,
+        bn_momentum=options.bn_momentum,
+        bn_eps=options.bn_eps,
         pretrained_cfg_overlay=overlay,
-        checkpoint=args.initial_checkpoint or None,
+        checkpoint=options.initial_checkpoint or None,
         device=device,
     )
-    if args.head_init_scale is not None or args.head_init_bias is not None:
-        init_head(model, args.head_init_scale, args.head_init_bias)
-    if args.grad_checkpointing:
+    if options.head_init_scale is not None or options.head_init_bias is not None:
+        init_head(model, options.head_init_scale, options.head_init_bias)
+    if options.grad_checkpointing:
         model.set_grad_checkpointing(enable=True)
     if dtype is not None:
         model.to(dtype=dtype)
@@ -121,33 +121,35 @@ class Loaders:
         return (len(self.train) + grad_accum_steps - 1) // grad_accum_steps
 
 
-def train_sampler(length: int, args: argparse.Namespace, dist_info: DistInfo) -> EpochSampler:
-    """This rank's share of each epoch's seeded order (--aug-repeats: timm's repeated order)."""
-    return EpochSampler(length, args.seed, dist_info.rank, dist_info.world_size, repeats=args.aug_repeats)
+def train_sampler(length: int, seed: int, aug_repeats: float, dist_info: DistInfo) -> EpochSampler:
+    """This rank's share of each epoch's seeded order (``aug_repeats``: timm's repeated order)."""
+    return EpochSampler(length, seed, dist_info.rank, dist_info.world_size, repeats=aug_repeats)
 
 
-def fit_batch_to_set(args: argparse.Namespace, train_samples: int, dist_info: DistInfo) -> str:
+def fit_batch_to_set(
+    batch_size: int, augment: AugmentOptions, seed: int, train_samples: int, dist_info: DistInfo
+) -> tuple[int, str]:
     """A training set smaller than one batch trains in batches of the whole set (each process's share): an
     epoch drops its last partial batch, as timm's does, so --batch-size 128 on 7 images would make no
-    update at all. Sets ``args.batch_size`` (config.yaml and the checkpoint record the size used, so a
-    resume and ``train.py -c config.yaml`` agree) and returns the line that says so; '' when it fits."""
-    available = len(train_sampler(train_samples, args, dist_info).order)
-    if available >= args.batch_size:
-        return ""
-    pairs = mixup_requested(args)
+    update at all. Returns the batch size to train with (the caller records it in the job, config.yaml
+    and the checkpoint, so a resume and ``train.py -c config.yaml`` agree) and the line that says so;
+    ``(batch_size, '')`` when it fits."""
+    available = len(train_sampler(train_samples, seed, augment.aug_repeats, dist_info).order)
+    if available >= batch_size:
+        return batch_size, ""
+    pairs = mixup_requested(augment)
     size = available - available % 2 if pairs else available
     where = " per process" if dist_info.world_size > 1 else ""
     if size < 1:
         raise UsageError(
-            f"--batch-size {args.batch_size}: the training set has {available} image(s){where}, too few for "
+            f"--batch-size {batch_size}: the training set has {available} image(s){where}, too few for "
             f"{'a batch of pairs (--mixup/--cutmix)' if pairs else 'a batch'}"
         )
     note = (
-        f"--batch-size {args.batch_size} is more than the {available} training images{where}: training in batches "
+        f"--batch-size {batch_size} is more than the {available} training images{where}: training in batches "
         f"of {size} (one update per epoch); give --batch-size to choose another size"
     )
-    args.batch_size = size
-    return note
+    return size, note
 
 
 def validation_sampler(length: int, dist_info: DistInfo) -> ShardSampler:
@@ -156,7 +158,7 @@ def validation_sampler(length: int, dist_info: DistInfo) -> ShardSampler:
 
 
 def build_loaders(
-    args: argparse.Namespace,
+    job: TrainJob,
     model: torch.nn.Module,
     train_source: Any,
     val_source: Any,
@@ -169,42 +171,43 @@ def build_loaders(
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device
     (in ``dtype``, --model-dtype, when given). ``keep_decoded=False`` never keeps decoded images for later
     epochs, as for a set too large to fit (the bench's loader ceiling measures ImageNet's case so)."""
-    data_config = data_config_for(model, preprocess_overrides(args))
-    mode = args.input_img_mode or image_mode(data_config)
+    data, seed = job.data, job.run.seed
+    data_config = data_config_for(model, preprocess_overrides(job.model))
+    mode = data.input_img_mode or image_mode(data_config)
     check_input_mode(mode, data_config)
     keep = KEEP_TRAINING_BYTES // max(1, workers) if keep_decoded else 0  # each loader process keeps its own
-    augment = recipe.build_train_transform(args, data_config)
+    augment = recipe.build_train_transform(job.augment, data_config)
     train_set = SeededSamples(
         train_source.images(fuse(augment, mode, kind_of(device.type).computes_on_host) or augment, mode, keep),
-        args.seed,
-        replace_bad=args.on_bad_image == "skip",
+        seed,
+        replace_bad=data.on_bad_image == "skip",
     )
     val_set = val_source.images(eval_transform(data_config), mode)
-    check_training_memory(args, model, train_source, val_source, data_config, device, workers)
-    channels_last = use_channels_last(args.channels_last, model, device)
-    sampler = train_sampler(len(train_set), args, dist_info)
-    if len(sampler.order) < args.batch_size:
+    check_training_memory(data, model, train_source, val_source, data_config, device, workers)
+    channels_last = use_channels_last(job.model.channels_last, model, device)
+    sampler = train_sampler(len(train_set), seed, job.augment.aug_repeats, dist_info)
+    if len(sampler.order) < data.batch_size:
         raise UsageError(
-            f"--batch-size {args.batch_size} is larger than the {len(sampler.order)} training images per process"
+            f"--batch-size {data.batch_size} is larger than the {len(sampler.order)} training images per process"
         )
     train_loader = DeviceLoader(
-        make_loader(train_set, args.batch_size, device, workers, sampler=sampler, drop_last=True, seed=args.seed),
+        make_loader(train_set, data.batch_size, device, workers, sampler=sampler, drop_last=True, seed=seed),
         device,
         data_config["mean"],
         data_config["std"],
         channels_last=channels_last,
-        batch_transform=recipe.build_random_erasing(args, device),
-        on_bad=bad_image_handler(args.on_bad_image, [], keep_batches_full=True, during="training"),
+        batch_transform=recipe.build_random_erasing(job.augment, device),
+        on_bad=bad_image_handler(data.on_bad_image, [], keep_batches_full=True, during="training"),
         dtype=dtype,
     )
     val_loader = eval_device_loader(
         val_set,
-        args.validation_batch_size or args.batch_size,
+        data.validation_batch_size or data.batch_size,
         device,
         workers,
         data_config,
         channels_last,
-        bad_image_handler(args.on_bad_image, [], during="validation"),
+        bad_image_handler(data.on_bad_image, [], during="validation"),
         sampler=validation_sampler(len(val_set), dist_info),
         persistent=True,
         keep_bytes=KEEP_VALIDATION_BYTES if keep_decoded else 0,
@@ -214,7 +217,7 @@ def build_loaders(
 
 
 def check_training_memory(
-    args: argparse.Namespace,
+    data: DataOptions,
     model: torch.nn.Module,
     train_source: Any,
     val_source: Any,
@@ -224,13 +227,13 @@ def check_training_memory(
 ) -> None:
     """Refuse a run whose training and validation batches (both loaders keep workers) cannot fit in the
     host's memory, before either loader starts; every rank on the host needs as much."""
-    val_batch = args.validation_batch_size if args.validation_batch_size not in (None, args.batch_size) else None
+    val_batch = data.validation_batch_size if data.validation_batch_size not in (None, data.batch_size) else None
     check_host_memory(
         [
             LoaderUse("training", data_config, train_source.samples, training=True),
             LoaderUse("validation", data_config, val_source.samples, batch_size=val_batch),
         ],
-        args.batch_size,
+        data.batch_size,
         device,
         workers,
         lambda: activation_bytes_per_image(model, data_config["input_size"], training=True),
@@ -240,7 +243,7 @@ def check_training_memory(
 
 
 def build_components(
-    args: argparse.Namespace,
+    job: TrainJob,
     model: torch.nn.Module,
     loaders: Loaders,
     num_classes: int,
@@ -253,14 +256,17 @@ def build_components(
     rate, and the number of epochs to train (timm's: warmup prefix and cool-down included)."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
-    if dist_info.enabled and args.sync_bn:
+    optim = job.optim
+    if dist_info.enabled and job.distributed.sync_bn:
         model = convert_sync_batchnorm(model)
-    updates_per_epoch = loaders.updates_per_epoch(args.grad_accum_steps)
-    lr = recipe.scaled_lr(args, args.batch_size * args.grad_accum_steps * dist_info.world_size)
-    optimizer = recipe.build_optimizer(model, args, lr)
-    mixup = recipe.build_mixup(args, num_classes)
-    scheduler, num_epochs = recipe.build_scheduler(optimizer, args, updates_per_epoch)
-    loss_fn = recipe.build_train_loss(args, mixup is not None).to(device)
+    updates_per_epoch = loaders.updates_per_epoch(optim.grad_accum_steps)
+    lr = recipe.scaled_lr(optim, job.data.batch_size * optim.grad_accum_steps * dist_info.world_size)
+    optimizer = recipe.build_optimizer(model, optim, lr)
+    mixup = recipe.build_mixup(job.augment, num_classes)
+    scheduler, num_epochs = recipe.build_scheduler(
+        optimizer, optim, updates_per_epoch, job.run.eval_metric, job.run.seed
+    )
+    loss_fn = recipe.build_train_loss(job.augment, mixup is not None).to(device)
     parts = TrainComponents(
         model=model,
         optimizer=optimizer,
@@ -270,18 +276,19 @@ def build_components(
         scaler=amp.grad_scaler(),
         scheduler=scheduler,
         mixup=mixup,
-        ema=recipe.build_ema(model, args),
-        clip_grad=args.clip_grad,
-        clip_mode=args.clip_mode,
-        grad_accum_steps=args.grad_accum_steps,
-        task=build_distillation(args, model, loss_fn, device, dtype),
-        synchronize_step=args.synchronize_step,
+        ema=recipe.build_ema(model, optim),
+        clip_grad=optim.clip_grad,
+        clip_mode=optim.clip_mode,
+        grad_accum_steps=optim.grad_accum_steps,
+        task=build_distillation(job.distill, model_in_chans(job.model), model, loss_fn, device, dtype),
+        synchronize_step=optim.synchronize_step,
     )
     return parts, lr, num_epochs
 
 
 def build_distillation(
-    args: argparse.Namespace,
+    distill: DistillOptions,
+    in_chans: int | None,
     student: torch.nn.Module,
     loss_fn: torch.nn.Module,
     device: torch.device,
@@ -291,14 +298,14 @@ def build_distillation(
     vtools' model loading (model folders, hub names, safe weights) with its own classifier, frozen and in
     eval mode; it is rebuilt on resume, never saved in checkpoints. A teacher with other classes than the
     student is refused: timm would give it a new, random classifier, whose logits teach nothing."""
-    if not args.kd_model_name:
+    if not distill.kd_model_name:
         return None
     teacher = create_model(
-        args.kd_model_name, pretrained=True, in_chans=model_in_chans(args), device=device, flag="--kd-model-name"
+        distill.kd_model_name, pretrained=True, in_chans=in_chans, device=device, flag="--kd-model-name"
     )
     if teacher.num_classes != student.num_classes:
         raise UsageError(
-            f"--kd-model-name {args.kd_model_name} predicts {teacher.num_classes} classes and the student "
+            f"--kd-model-name {distill.kd_model_name} predicts {teacher.num_classes} classes and the student "
             f"{student.num_classes}: its classifier would be replaced by a random one, which teaches nothing; "
             f"distill from a teacher trained on these {student.num_classes} classes (e.g. a run's model folder)"
         )
@@ -309,24 +316,32 @@ def build_distillation(
         student_model=student,
         teacher_model=teacher,
         criterion=loss_fn,
-        loss_type=args.kd_loss_type,
-        distill_loss_weight=args.distill_loss_weight,
-        task_loss_weight=args.task_loss_weight,
-        temperature=args.kd_temperature,
+        loss_type=distill.kd_loss_type,
+        distill_loss_weight=distill.distill_loss_weight,
+        task_loss_weight=distill.task_loss_weight,
+        temperature=distill.kd_temperature,
         device=device,
         dtype=dtype,
         verbose=False,
     )
 
 
-def wrap_for_speed(parts: TrainComponents, args: argparse.Namespace, device: torch.device, dist_info: DistInfo) -> None:
+def wrap_for_speed(
+    parts: TrainComponents,
+    model_options: ModelOptions,
+    distributed: DistributedOptions,
+    device: torch.device,
+    dist_info: DistInfo,
+) -> None:
     """DDP across processes, then torch.compile, once the weights are final (after resume)."""
     if dist_info.enabled:
         ddp_ids = [device.index] if device.type != "cpu" else None
         parts.model = torch.nn.parallel.DistributedDataParallel(
-            parts.model, device_ids=ddp_ids, broadcast_buffers=not args.no_ddp_bb
+            parts.model, device_ids=ddp_ids, broadcast_buffers=not distributed.no_ddp_bb
         )
-    if args.torchcompile:
-        parts.model = torch.compile(parts.model, backend=args.torchcompile, mode=args.torchcompile_mode)
+    if model_options.torchcompile:
+        parts.model = torch.compile(
+            parts.model, backend=model_options.torchcompile, mode=model_options.torchcompile_mode
+        )
     if parts.task is not None:
         parts.task.trainable_module = parts.model  # the task's student forward goes through DDP / compile

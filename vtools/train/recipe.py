@@ -6,7 +6,6 @@ flag names) onto the timm factory that owns the job.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from typing import Any
 
@@ -26,23 +25,24 @@ from vtools.cli.train_flags import mixup_requested
 from vtools.data import augment_ops
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
+from vtools.train.job import AugmentOptions, OptimOptions
 
 
-def scaled_lr(args: argparse.Namespace, global_batch_size: int) -> float:
+def scaled_lr(optim: OptimOptions, global_batch_size: int) -> float:
     """--lr, or --lr-base scaled by global batch size / --lr-base-size (sqrt for adaptive optimizers)."""
-    if args.lr is not None:
-        return args.lr
-    ratio = global_batch_size / args.lr_base_size
-    scale = args.lr_base_scale or ("sqrt" if any(name in args.opt.lower() for name in ("ada", "lamb")) else "linear")
-    return args.lr_base * (ratio**0.5 if scale == "sqrt" else ratio)
+    if optim.lr is not None:
+        return optim.lr
+    ratio = global_batch_size / optim.lr_base_size
+    scale = optim.lr_base_scale or ("sqrt" if any(name in optim.opt.lower() for name in ("ada", "lamb")) else "linear")
+    return optim.lr_base * (ratio**0.5 if scale == "sqrt" else ratio)
 
 
-def build_optimizer(model: torch.nn.Module, args: argparse.Namespace, lr: float) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, optim: OptimOptions, lr: float) -> torch.optim.Optimizer:
     """timm's optimizer for the flags; its fused step where torch has one for the optimizer and device
     (one pass over the weights instead of one per tensor and operation)."""
-    kwargs = {**optimizer_kwargs(args), **args.opt_kwargs}
+    kwargs = {**optimizer_kwargs(optim), **optim.opt_kwargs}
     kwargs["lr"] = lr
-    if dev.fused_optimizer(next(model.parameters()).device) and _accepts_fused(args.opt):
+    if dev.fused_optimizer(next(model.parameters()).device) and _accepts_fused(optim.opt):
         kwargs["fused"] = True
     return create_optimizer_v2(model, **kwargs)
 
@@ -65,18 +65,17 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, args: argparse.Namespace, updates_per_epoch: int
+    optimizer: torch.optim.Optimizer, optim: OptimOptions, updates_per_epoch: int, eval_metric: str, seed: int
 ) -> tuple[Any, int]:
     """timm's scheduler (stepped per epoch, or per update with --sched-on-updates) and the number of
-    epochs to train, which is timm's: warmup prefix, cycles and cool-down included."""
+    epochs to train, which is timm's: warmup prefix, cycles and cool-down included. A plateau schedule
+    follows ``eval_metric``; --lr-noise draws from ``seed``, as timm's does from --seed."""
+    kwargs = scheduler_kwargs(optim, decreasing_metric=eval_metric == "loss")
+    kwargs["noise_seed"] = seed
     try:
-        return create_scheduler_v2(
-            optimizer,
-            **scheduler_kwargs(args, decreasing_metric=args.eval_metric == "loss"),
-            updates_per_epoch=updates_per_epoch,
-        )
+        return create_scheduler_v2(optimizer, **kwargs, updates_per_epoch=updates_per_epoch)
     except ValueError as err:  # an unknown name, or a schedule that does not fit the epochs
-        raise UsageError(f"--sched {args.sched}: {err}") from err
+        raise UsageError(f"--sched {optim.sched}: {err}") from err
 
 
 def mean_lr(optimizer: torch.optim.Optimizer) -> float:
@@ -85,79 +84,83 @@ def mean_lr(optimizer: torch.optim.Optimizer) -> float:
     return sum(rates) / len(rates)
 
 
-def build_mixup(args: argparse.Namespace, num_classes: int) -> Mixup | None:
+def build_mixup(augment: AugmentOptions, num_classes: int) -> Mixup | None:
     """Mixup/CutMix on device batches, or None when both are off."""
-    if not mixup_requested(args):  # the rule lives with the flags, which check --batch-size by it
+    if not mixup_requested(augment):  # the rule lives with the flags, which check --batch-size by it
         return None
     return Mixup(
-        mixup_alpha=args.mixup,
-        cutmix_alpha=args.cutmix,
-        cutmix_minmax=args.cutmix_minmax,
-        prob=args.mixup_prob,
-        switch_prob=args.mixup_switch_prob,
-        mode=args.mixup_mode,
-        label_smoothing=args.smoothing,
+        mixup_alpha=augment.mixup,
+        cutmix_alpha=augment.cutmix,
+        cutmix_minmax=augment.cutmix_minmax,
+        prob=augment.mixup_prob,
+        switch_prob=augment.mixup_switch_prob,
+        mode=augment.mixup_mode,
+        label_smoothing=augment.smoothing,
         num_classes=num_classes,
     )
 
 
-def build_train_loss(args: argparse.Namespace, mixup_active: bool) -> torch.nn.Module:
+def build_train_loss(augment: AugmentOptions, mixup_active: bool) -> torch.nn.Module:
     """timm train.py's choice: under mixup soft-target CE (BCE with --bce-loss); else with --smoothing
     label-smoothing CE (BCE with --bce-loss); else plain CE, --bce-loss or not."""
-    bce = {"target_threshold": args.bce_target_thresh, "sum_classes": args.bce_sum, "pos_weight": args.bce_pos_weight}
+    bce = {
+        "target_threshold": augment.bce_target_thresh,
+        "sum_classes": augment.bce_sum,
+        "pos_weight": augment.bce_pos_weight,
+    }
     if mixup_active:
-        return BinaryCrossEntropy(**bce) if args.bce_loss else SoftTargetCrossEntropy()
-    if args.smoothing:
-        if args.bce_loss:
-            return BinaryCrossEntropy(smoothing=args.smoothing, **bce)
-        return LabelSmoothingCrossEntropy(smoothing=args.smoothing)
+        return BinaryCrossEntropy(**bce) if augment.bce_loss else SoftTargetCrossEntropy()
+    if augment.smoothing:
+        if augment.bce_loss:
+            return BinaryCrossEntropy(smoothing=augment.smoothing, **bce)
+        return LabelSmoothingCrossEntropy(smoothing=augment.smoothing)
     return torch.nn.CrossEntropyLoss()
 
 
-def build_train_transform(args: argparse.Namespace, data_config: dict[str, Any]) -> Any:
+def build_train_transform(augment: AugmentOptions, data_config: dict[str, Any]) -> Any:
     """timm's training augmentation ending in uint8 tensors; erasing and normalization happen on the device.
     A zero --color-jitter leaves the jitter out (timm would run a ColorJitter that changes nothing, a
     tenth of a worker's time per image on small images). Auto-augment ops come from vtools' registration
     (:mod:`vtools.data.augment_ops`): the same on every Pillow, and on grayscale images."""
-    interpolation = args.train_interpolation
-    if args.no_aug or not interpolation:  # as timm's train.py: the model's own interpolation
+    interpolation = augment.train_interpolation
+    if augment.no_aug or not interpolation:  # as timm's train.py: the model's own interpolation
         interpolation = data_config["interpolation"]
     augment_ops.register()
     return create_transform(
         data_config["input_size"],
         is_training=True,
         use_prefetcher=True,
-        no_aug=args.no_aug,
-        train_crop_mode=args.train_crop_mode,
-        scale=args.scale,
-        ratio=args.ratio,
-        hflip=args.hflip,
-        vflip=args.vflip,
-        color_jitter=args.color_jitter or None,
-        color_jitter_prob=args.color_jitter_prob,
-        grayscale_prob=args.grayscale_prob or 0.0,
-        gaussian_blur_prob=args.gaussian_blur_prob or 0.0,
-        auto_augment=args.aa,
+        no_aug=augment.no_aug,
+        train_crop_mode=augment.train_crop_mode,
+        scale=augment.scale,
+        ratio=augment.ratio,
+        hflip=augment.hflip,
+        vflip=augment.vflip,
+        color_jitter=augment.color_jitter or None,
+        color_jitter_prob=augment.color_jitter_prob,
+        grayscale_prob=augment.grayscale_prob or 0.0,
+        gaussian_blur_prob=augment.gaussian_blur_prob or 0.0,
+        auto_augment=augment.aa,
         interpolation=interpolation,
         mean=data_config["mean"],
         std=data_config["std"],
     )
 
 
-def build_random_erasing(args: argparse.Namespace, device: torch.device) -> RandomErasing | None:
-    if args.reprob <= 0:
+def build_random_erasing(augment: AugmentOptions, device: torch.device) -> RandomErasing | None:
+    if augment.reprob <= 0:
         return None
-    return RandomErasing(probability=args.reprob, mode=args.remode, max_count=args.recount, device=str(device))
+    return RandomErasing(probability=augment.reprob, mode=augment.remode, max_count=augment.recount, device=str(device))
 
 
-def build_ema(model: torch.nn.Module, args: argparse.Namespace) -> ModelEmaV3 | None:
-    if not args.model_ema:
+def build_ema(model: torch.nn.Module, optim: OptimOptions) -> ModelEmaV3 | None:
+    if not optim.model_ema:
         return None
     return ModelEmaV3(
         model,
-        decay=args.model_ema_decay,
-        use_warmup=args.model_ema_warmup,
-        device=torch.device("cpu") if args.model_ema_force_cpu else None,
+        decay=optim.model_ema_decay,
+        use_warmup=optim.model_ema_warmup,
+        device=torch.device("cpu") if optim.model_ema_force_cpu else None,
     )
 
 

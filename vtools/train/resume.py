@@ -10,10 +10,10 @@ mixup and erasing draws; instead each rank restores the entry saved for it.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import time
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from vtools.train.checkpoint import (
     native_rng,
     portable_rng,
 )
+from vtools.train.job import RunOptions
 from vtools.train.loop import EpochResult, TrainComponents
 from vtools.train.recipe import load_optimizer_state
 from vtools.train.run_lock import holds_ended_run, reserve_new_folder
@@ -62,11 +63,21 @@ class RunFolder:
     made: bool = False  # this run created the folder
 
 
+@dataclass(frozen=True)
+class SavedOptions:
+    """Every option of the run as its checkpoints store them: a plain dict, the file format of timm's
+    ``args`` (a resume compares it, validate.py --checkpoint reads it), and the names a resumed run may
+    change, as the flags declare them (vtools.cli.options.may_change_on_resume)."""
+
+    values: Mapping[str, Any]
+    may_change: frozenset[str]
+
+
 def _model_stem(model: str) -> str:
     return Path(model.rstrip("/")).name.replace(":", "_")
 
 
-def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolder:
+def choose_run_folder(run: RunOptions, model: str, data_dir: str | None, dist_info: DistInfo) -> RunFolder:
     """Decide the run folder on rank 0 and share it, so that every rank resumes the same checkpoint.
 
     ``--resume auto`` continues ``--output/--experiment`` when a name is given;
@@ -74,7 +85,7 @@ def choose_run_folder(args: argparse.Namespace, dist_info: DistInfo) -> RunFolde
     (the folders are named ``<model>-<timestamp>``), so re-queuing the same
     command carries on instead of starting again.
     """
-    choice = _choose_run_folder(args) if dist_info.is_main else None
+    choice = _choose_run_folder(run, model, data_dir) if dist_info.is_main else None
     return broadcast_from_main(choice)
 
 
@@ -99,17 +110,17 @@ def check_output(output: Path, experiment: str, data: str | None) -> None:
 DEFAULT_OUTPUT = "runs"  # --output '' (timm's default spelling) means this
 
 
-def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
-    output, stem = Path(args.output or DEFAULT_OUTPUT), _model_stem(args.model)
-    check_output(output, args.experiment, args.data_dir)
-    named = output / args.experiment if args.experiment else None
-    if args.resume and args.resume != "auto":
+def _choose_run_folder(run: RunOptions, model: str, data_dir: str | None) -> RunFolder:
+    output, stem = Path(run.output or DEFAULT_OUTPUT), _model_stem(model)
+    check_output(output, run.experiment, data_dir)
+    named = output / run.experiment if run.experiment else None
+    if run.resume and run.resume != "auto":
         if named is not None:
-            return RunFolder(named, Path(args.resume))
-        return RunFolder(_new_folder(output, stem), Path(args.resume), made=True)
-    if args.resume != "auto":
+            return RunFolder(named, Path(run.resume))
+        return RunFolder(_new_folder(output, stem), Path(run.resume), made=True)
+    if run.resume != "auto":
         if named is not None and holds_ended_run(named):
-            fresh = reserve_new_folder(output, args.experiment)
+            fresh = reserve_new_folder(output, run.experiment)
             return RunFolder(fresh, None, earlier_run_note(named, fresh), made=True)
         return RunFolder(named, None) if named is not None else RunFolder(_new_folder(output, stem), None, made=True)
     if named is not None:
@@ -122,12 +133,12 @@ def _choose_run_folder(args: argparse.Namespace) -> RunFolder:
         return RunFolder(
             folder,
             None,
-            f"--resume auto: no earlier run of {args.model} with a checkpoint in "
+            f"--resume auto: no earlier run of {model} with a checkpoint in "
             f"{output}, starting from scratch in {folder}",
             made=True,
         )
     newest = max(earlier, key=lambda folder: (folder / LAST).stat().st_mtime)
-    note = f"--resume auto: continuing {newest}, the newest run of {args.model} in {output}"
+    note = f"--resume auto: continuing {newest}, the newest run of {model} in {output}"
     if len(earlier) > 1:
         note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
     return _continue(newest, note)
@@ -209,7 +220,7 @@ def load_scheduler_state(scheduler: Any, state: dict[str, Any]) -> None:
 
 
 def training_state(
-    args: argparse.Namespace,
+    options: Mapping[str, Any],
     parts: TrainComponents,
     position: Position,
     classes: list[str],
@@ -221,17 +232,18 @@ def training_state(
 ) -> dict[str, Any] | None:
     """Everything ``--resume`` needs (on rank 0; None elsewhere). Every rank must call it: the ranks'
     own states are gathered here. ``position`` is where training continues. ``data_config`` (the
-    run's preprocessing) lets validate.py --checkpoint evaluate the weights as the run did."""
+    run's preprocessing) lets validate.py --checkpoint evaluate the weights as the run did; ``options``
+    (every option, as :class:`SavedOptions` holds them) is stored as timm stores its args."""
     ranks = gather_objects(rank_state(device, result))
     if not dist_info.is_main:
         return None
     state = {
-        "arch": args.model,
+        "arch": options["model"],
         "epoch": position.epoch,
         "step_in_epoch": position.step,
         # the position again in samples of the whole epoch order: a resume with another per-process batch
         # size or process count (the same global batch) continues at the same sample
-        "samples_in_epoch": position.step * args.batch_size * dist_info.world_size,
+        "samples_in_epoch": position.step * options["batch_size"] * dist_info.world_size,
         "world_size": dist_info.world_size,
         "num_updates": position.num_updates,
         "state_dict": unwrap(parts.model).state_dict(),
@@ -243,7 +255,7 @@ def training_state(
         "class_names": classes,
         "train_samples": train_samples,
         "data_config": dict(data_config),
-        "args": dict(vars(args)),
+        "args": dict(options),
         "version": STATE_VERSION,
     }
     if parts.ema is not None:
@@ -309,35 +321,26 @@ def restore(
     return position, note
 
 
-# options a resumed run may change: where things go, how fast they run, how much is logged; --epochs
-# (noted); --batch-size when the global batch stays the same (the position is kept in samples)
-RESUME_MAY_CHANGE = frozenset(
-    "config resume output experiment data data_dir dataset_download workers threads bind_cores device "
-    "device_modules dist_backend profile log_interval log_tensorboard checkpoint_hist val_interval "
-    "validation_batch_size on_bad_image channels_last torchcompile pretrained initial_checkpoint epochs "
-    "batch_size torchcompile_mode pretrained_path no_resume_opt start_epoch synchronize_step grad_checkpointing "
-    "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
-)
-
-
 def experiment_changes(
-    state: dict[str, Any], args: argparse.Namespace, classes: list[str], train_samples: int, world_size: int
+    state: dict[str, Any], options: SavedOptions, classes: list[str], train_samples: int, world_size: int
 ) -> list[str]:
-    """What this command line changes in the experiment a checkpoint continues: options, the global batch,
-    the class names and the training set's size. Empty when the resume continues the same run."""
-    saved = state.get("args") or {}
+    """What this command line changes in the experiment a checkpoint continues: options (but those the flags
+    declare changeable: where things go, how fast they run, how much is logged; --epochs, which is noted;
+    --batch-size when the global batch stays the same, the position being kept in samples), the global
+    batch, the class names and the training set's size. Empty when the resume continues the same run."""
+    saved, now = state.get("args") or {}, options.values
     changes = [
-        f"--{key.replace('_', '-')} {_shown(value)} -> {_shown(getattr(args, key))}"
+        f"--{key.replace('_', '-')} {_shown(value)} -> {_shown(now[key])}"
         for key, value in sorted(saved.items())
-        if key not in RESUME_MAY_CHANGE and hasattr(args, key) and _plain(getattr(args, key)) != _plain(value)
+        if key not in options.may_change and key in now and _plain(now[key]) != _plain(value)
     ]
     if "batch_size" in saved and "world_size" in state:
         before = saved["batch_size"] * state["world_size"]
-        now = args.batch_size * world_size
-        if before != now:
+        batch_size = now["batch_size"]
+        if before != batch_size * world_size:
             changes.append(
                 f"global batch (--batch-size x processes) {saved['batch_size']} x {state['world_size']} -> "
-                f"{args.batch_size} x {world_size}"
+                f"{batch_size} x {world_size}"
             )
     saved_classes = state.get("class_names")
     if saved_classes and list(saved_classes) != list(classes):

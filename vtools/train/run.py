@@ -4,16 +4,15 @@ on a signal, finish.
 commands/train.py calls them in this order and prints what they return, as torchvision's reference
 script keeps ``train_one_epoch``, ``evaluate`` and ``main`` apart. What watches the run from above this
 layer (TensorBoard, the profiler, the data-wait advice) is handed in as plain callables, so the verbs
-stay the same for any caller. The argparse Namespace stops at :func:`set_up`: the verbs read the few
-values of :class:`EpochSettings`.
+stay the same for any caller. :func:`set_up` takes the typed :class:`~vtools.train.job.TrainJob` the
+command built; the verbs read the few values of :class:`EpochSettings`.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,12 @@ from vtools.train.assemble import (
     wrap_for_speed,
 )
 from vtools.train.checkpoint import CheckpointManager, load_training_state
+from vtools.train.job import ModelOptions, TrainJob
 from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, train_one_epoch
 from vtools.train.resume import (
     Position,
     RunFolder,
+    SavedOptions,
     carry_best_checkpoint,
     experiment_changes,
     read_summary,
@@ -61,7 +62,6 @@ from vtools.train.run_files import (
     output_names,
     summary_row,
     write_eval_report,
-    write_run_config,
     write_summary,
 )
 from vtools.train.run_lock import FolderClaim
@@ -83,16 +83,16 @@ class EpochSettings:
     ema_force_cpu: bool
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> EpochSettings:
+    def of(cls, job: TrainJob) -> EpochSettings:
         return cls(
-            val_interval=args.val_interval,
-            log_interval=args.log_interval,
-            batch_size=args.batch_size,
-            mixup_off_epoch=args.mixup_off_epoch,
-            eval_metric=args.eval_metric,
-            dist_bn=args.dist_bn,
-            sync_bn=args.sync_bn,
-            ema_force_cpu=args.model_ema_force_cpu,
+            val_interval=job.run.val_interval,
+            log_interval=job.logging.log_interval,
+            batch_size=job.data.batch_size,
+            mixup_off_epoch=job.augment.mixup_off_epoch,
+            eval_metric=job.run.eval_metric,
+            dist_bn=job.distributed.dist_bn,
+            sync_bn=job.distributed.sync_bn,
+            ema_force_cpu=job.optim.model_ema_force_cpu,
         )
 
 
@@ -295,40 +295,50 @@ class TrainingRun:
 
 
 def set_up(
-    args: argparse.Namespace, folder: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim, say: Say
+    job: TrainJob,
+    saved: SavedOptions,
+    folder: RunFolder,
+    runtime: Runtime,
+    dist_info: DistInfo,
+    claim: FolderClaim,
+    say: Say,
 ) -> TrainingRun:
-    """Build the run as timm's train.py does (data, model, loaders, recipe), restore a resumed one and
-    write its config.yaml. Notes are said as set-up reaches them, so those before a refusal still show."""
+    """Build the run as timm's train.py does (data, model, loaders, recipe) and restore a resumed one; its
+    batch size is fitted to a tiny set here (``settings.batch_size`` is the size it trains with). Notes are
+    said as set-up reaches them, so those before a refusal still show."""
     device = runtime.device
     resume_state = load_training_state(folder.resume) if folder.resume else None
     if folder.note:
         say(folder.note)
     if dist_info.is_main:
         prove_writable(Output("--output", folder.path / SUMMARY))
-    dev.seed_everything(args.seed + dist_info.rank)
-    data = open_data(args, dist_info, say)
+    dev.seed_everything(job.run.seed + dist_info.rank)
+    data, batch_size = open_data(job, dist_info, say)
+    job = replace(job, data=replace(job.data, batch_size=batch_size))  # before the resume compares the batch
+    saved = replace(saved, values={**saved.values, "batch_size": batch_size})
     if resume_state is not None:
-        check_same_experiment(resume_state, folder.resume, args, data.classes, len(data.train), dist_info, say)
-    model = build_model(args, data.num_classes, device, runtime.model_dtype)
+        check_same_experiment(
+            resume_state, folder.resume, saved, job.optim.epochs, data.classes, len(data.train), dist_info, say
+        )
+    model = build_model(job.model, data.num_classes, device, runtime.model_dtype)
     loaders = build_loaders(
-        args, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
+        job, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
     )
     parts, lr, num_epochs = build_components(
-        args, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype
+        job, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype
     )
     manager = CheckpointManager(
         folder.path,
-        keep=args.checkpoint_hist,
-        higher_is_better=args.eval_metric != "loss",
+        keep=job.run.checkpoint_hist,
+        higher_is_better=job.run.eval_metric != "loss",
         on_write=lambda path: claim.wrote(path, created=not path.exists(), keep=True),
     )
-    position = resume_position(args, resume_state, folder, parts, manager, loaders, dist_info, say)
-    wrap_for_speed(parts, args, device, dist_info)
+    position = resume_position(job, resume_state, folder, parts, manager, loaders, dist_info, say)
+    wrap_for_speed(parts, job.model, job.distributed, device, dist_info)
     if dist_info.is_main:
         carry_best_checkpoint(folder.resume, manager)
-        write_run_config(args, claim, say)
     return TrainingRun(
-        EpochSettings.from_args(args),
+        EpochSettings.of(job),
         data,
         parts,
         loaders,
@@ -339,14 +349,14 @@ def set_up(
         num_epochs,
         position,
         decode_during_validation=runtime.budget.decode_during_validation,
-        checkpoint_state=checkpoint_recorder(args, parts, data, loaders, dist_info),
-        empty_model=lambda: architecture(args, data.num_classes),
+        checkpoint_state=checkpoint_recorder(saved.values, parts, data, loaders, dist_info),
+        empty_model=lambda: architecture(job.model, data.num_classes),
         resume_path=folder.resume,
     )
 
 
 def resume_position(
-    args: argparse.Namespace,
+    job: TrainJob,
     state: dict[str, Any] | None,
     folder: RunFolder,
     parts: TrainComponents,
@@ -365,56 +375,58 @@ def resume_position(
             manager,
             parts.device,
             dist_info,
-            args.seed,
-            args.batch_size,
-            resume_optimizer=not args.no_resume_opt,
+            job.run.seed,
+            job.data.batch_size,
+            resume_optimizer=not job.run.no_resume_opt,
         )
         say(f"resumed from {folder.resume} at epoch {position.epoch}, step {position.step}{note}")
-    if args.start_epoch is not None:
-        position = start_at_epoch(
-            parts, args.start_epoch, loaders.updates_per_epoch(args.grad_accum_steps), args.sched_on_updates
-        )
+    if job.run.start_epoch is not None:
+        updates_per_epoch = loaders.updates_per_epoch(job.optim.grad_accum_steps)
+        position = start_at_epoch(parts, job.run.start_epoch, updates_per_epoch, job.optim.sched_on_updates)
     return position
 
 
 def checkpoint_recorder(
-    args: argparse.Namespace, parts: TrainComponents, data: TrainingData, loaders: Loaders, dist_info: DistInfo
+    options: Mapping[str, Any], parts: TrainComponents, data: TrainingData, loaders: Loaders, dist_info: DistInfo
 ) -> Callable[[Position, EpochResult | None], dict[str, Any] | None]:
     """The run's state at a position, as its checkpoints hold it (with every option: a resume and
     validate.py --checkpoint read them); every rank calls it, rank 0 gets the state."""
 
     def record(where: Position, result: EpochResult | None) -> dict[str, Any] | None:
         return training_state(
-            args, parts, where, data.classes, parts.device, dist_info, loaders.data_config, result, len(data.train)
+            options, parts, where, data.classes, parts.device, dist_info, loaders.data_config, result, len(data.train)
         )
 
     return record
 
 
-def architecture(args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
+def architecture(options: ModelOptions, num_classes: int) -> torch.nn.Module:
     """The run's model built again without weights, for the best weights' export."""
     return create_model(
-        args.model,
+        options.model,
         pretrained=False,
         num_classes=num_classes,
-        in_chans=model_in_chans(args),
-        model_kwargs=timm_model_kwargs(args),
-        bn_eps=args.bn_eps,
+        in_chans=model_in_chans(options),
+        model_kwargs=timm_model_kwargs(options),
+        bn_eps=options.bn_eps,
     )
 
 
-def open_data(args: argparse.Namespace, dist_info: DistInfo, say: Say) -> TrainingData:
-    """The training and validation sources and the classes, with the batch fitted to a tiny set."""
-    train_source, val_source, classes = build_datasets(args)
-    if not classes and not args.num_classes:
-        raise UsageError(f"--dataset {args.dataset} does not name its classes: pass --num-classes")
-    num_classes = args.num_classes or len(classes)
+def open_data(job: TrainJob, dist_info: DistInfo, say: Say) -> tuple[TrainingData, int]:
+    """The training and validation sources and the classes, and the batch size fitted to a tiny set."""
+    train_source, val_source, classes = build_datasets(job.data)
+    num_classes = job.model.num_classes
+    if not classes and not num_classes:
+        raise UsageError(f"--dataset {job.data.dataset} does not name its classes: pass --num-classes")
+    num_classes = num_classes or len(classes)
     check_labels_fit(train_source, classes, num_classes)
-    batch_note = fit_batch_to_set(args, len(train_source), dist_info)  # before the resume compares the batch
+    batch_size, batch_note = fit_batch_to_set(
+        job.data.batch_size, job.augment, job.run.seed, len(train_source), dist_info
+    )
     if batch_note:
         say(batch_note)
     classes = classes or [str(label) for label in range(num_classes)]
-    return TrainingData(train_source, val_source, classes, num_classes)
+    return TrainingData(train_source, val_source, classes, num_classes), batch_size
 
 
 def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int) -> None:
@@ -431,7 +443,8 @@ def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int
 def check_same_experiment(
     state: dict[str, Any],
     path: Path,
-    args: argparse.Namespace,
+    options: SavedOptions,
+    epochs: int,
     classes: list[str],
     train_samples: int,
     dist_info: DistInfo,
@@ -439,7 +452,7 @@ def check_same_experiment(
 ) -> None:
     """A resume continues the checkpoint's experiment or stops in one line naming what differs: what the
     start line, config.yaml and summary.csv show must be what the resumed run uses."""
-    changes = experiment_changes(state, args, classes, train_samples, dist_info.world_size)
+    changes = experiment_changes(state, options, classes, train_samples, dist_info.world_size)
     if changes:
         raise UsageError(
             f"--resume {path}: this command line changes the run it continues ({'; '.join(changes)}); resume "
@@ -447,9 +460,9 @@ def check_same_experiment(
             f"--initial-checkpoint {path}"
         )
     saved = state.get("args") or {}
-    if saved.get("epochs") not in (None, args.epochs):
+    if saved.get("epochs") not in (None, epochs):
         say(
-            f"--epochs {args.epochs} (the run had {saved['epochs']}): the schedule is the one for {args.epochs} "
+            f"--epochs {epochs} (the run had {saved['epochs']}): the schedule is the one for {epochs} "
             "epochs from here on"
         )
 

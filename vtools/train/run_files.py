@@ -7,15 +7,14 @@ the files this run wrote (a resume into the folder, and the run's last line, rea
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vtools.atomic import atomic_write_text
-from vtools.cli.config import dump_config
 from vtools.data.readers.registry import Source
 from vtools.errors import UsageError
 from vtools.evaluation.class_report import build_report
@@ -35,9 +34,22 @@ SUMMARY = "summary.csv"
 MODEL_DIR = "model"
 
 
-def write_run_config(args: argparse.Namespace, claim: FolderClaim, say: Callable[[str], None]) -> None:
-    """The run's resolved options as ``config.yaml`` (``train.py -c`` on it repeats the run); where a
-    config.yaml that no vtools run wrote is in the way (the user's own), as ``args.yaml`` beside it."""
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What a training run ended with: its exit code, its folder, the exported best model's folder (None
+    where none was written, and on ranks other than 0) and the summary.csv rows its folder holds (empty on
+    ranks other than 0)."""
+
+    code: int
+    folder: Path
+    model_dir: Path | None
+    summary: list[dict[str, Any]]
+
+
+def write_run_config(config_text: str, claim: FolderClaim, say: Callable[[str], None]) -> None:
+    """The run's resolved options (``config_text``, the YAML the command made of them) as ``config.yaml``
+    (``train.py -c`` on it repeats the run); where a config.yaml that no vtools run wrote is in the way
+    (the user's own), as ``args.yaml`` beside it."""
     name = next((name for name in CONFIG_NAMES if claim.owns(name)), None)
     if name is None:
         raise UsageError(
@@ -51,7 +63,7 @@ def write_run_config(args: argparse.Namespace, claim: FolderClaim, say: Callable
         )
     path = claim.folder / name
     claim.wrote(path, created=not path.exists())
-    atomic_write_text(path, dump_config(args, path))
+    atomic_write_text(path, config_text)
 
 
 def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:

@@ -33,6 +33,17 @@ class DataFlags(Protocol):
 
 
 @dataclass(frozen=True)
+class DatasetOptions:
+    """:class:`DataFlags` as a command hands them over (``vtools.cli.typed.typed_options``) when its
+    own options carry no other data fields; field names are the flags' dests."""
+
+    dataset: str
+    dataset_download: bool
+    input_key: str | None
+    target_key: str | None
+
+
+@dataclass(frozen=True)
 class SourceRequest:
     """What a script asks for: ``--dataset``, the data folder, a split, and the per-kind options."""
 

@@ -1,0 +1,73 @@
+"""vtools/train/job.py: every train.py option is a field of exactly one concern of the typed TrainJob."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections import Counter
+
+import pytest
+
+from vtools.cli.timm_compat import no_op_flags, refused_flags
+from vtools.cli.train_flags import build_parser, parse
+from vtools.cli.typed import option_names, typed_options
+from vtools.train.job import TrainJob
+
+pytestmark = pytest.mark.cpu_only(reason="builds dataclasses from the parser; runs nothing on a device")
+
+NOT_OPTIONS = {"config", "help"}  # the YAML file's name and --help: read by the parser, not by the run
+
+
+def concerns() -> list[type]:
+    hints = typing.get_type_hints(TrainJob)
+    return [hints[field.name] for field in dataclasses.fields(TrainJob)]
+
+
+def acting_dests() -> set[str]:
+    """The dests of train.py's flags that change the run: all but the timm flags accepted as no-ops or refused."""
+    parser = build_parser()
+    inert = {*refused_flags(parser), *no_op_flags(parser)}
+    return {
+        action.dest
+        for action in parser._actions
+        if action.dest not in NOT_OPTIONS and max(action.option_strings or [action.dest], key=len) not in inert
+    }
+
+
+def missing_and_extra(job_names: set[str]) -> tuple[set[str], set[str]]:
+    dests = acting_dests()
+    return dests - job_names, job_names - dests
+
+
+def test_every_option_is_a_field_of_the_job_and_nothing_else() -> None:
+    missing, extra = missing_and_extra(option_names(TrainJob))
+    assert not missing, f"train.py options no concern of TrainJob holds: {sorted(missing)}"
+    assert not extra, f"TrainJob fields that are no train.py option: {sorted(extra)}"
+
+
+def test_a_missing_field_is_caught() -> None:
+    planted = option_names(TrainJob) - {"mixup_off_epoch"}
+    assert missing_and_extra(planted) == ({"mixup_off_epoch"}, set())
+    assert missing_and_extra(option_names(TrainJob) | {"planted"}) == (set(), {"planted"})
+
+
+def test_each_option_belongs_to_one_concern() -> None:
+    counts = Counter(field.name for concern in concerns() for field in dataclasses.fields(concern))
+    assert [name for name, count in counts.items() if count > 1] == []
+
+
+def test_concerns_are_frozen_and_declare_no_defaults() -> None:
+    """Defaults live in the flag definitions, once (the runtime's --workers, which parity.py lacks, aside)."""
+    for concern in concerns():
+        assert concern.__dataclass_params__.frozen, concern.__name__
+        with_defaults = [f.name for f in dataclasses.fields(concern) if f.default is not dataclasses.MISSING]
+        assert with_defaults == (["workers"] if concern.__name__ == "RuntimeOptions" else []), concern.__name__
+
+
+def test_the_job_holds_the_parsed_values() -> None:
+    args = parse(["/data", "--model", "resnet18", "--lr", "0.5", "--mixup", "0.2", "--log-interval", "7"])
+    job = typed_options(TrainJob, args)
+    assert (job.model.model, job.optim.lr, job.augment.mixup, job.logging.log_interval) == ("resnet18", 0.5, 0.2, 7)
+    assert job.data.data_dir == "/data" and job.runtime.device == "auto"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.optim.lr = 1.0  # type: ignore[misc]
