@@ -15,8 +15,27 @@ The packages are layers; a module imports from its own layer and the ones below,
     deploy/ observe/   ONNX export; curves, profiling, environment report, cpu fallbacks, parity
     bench/        throughput measurement and its plain baseline
     commands/     one module per command, named as the command
+    api, __main__    the Python API (fit, validate, predict) and the ``vtools`` command
 
 ``tests/rules/test_package_layers.py`` checks this order.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+API = ("fit", "validate", "predict")  # vtools/api.py's functions, imported on first use: `import vtools` stays light
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from vtools import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'vtools' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

@@ -25,7 +25,7 @@ LAYERS = (
     ("vtools.deploy", "vtools.observe"),
     ("vtools.bench",),
     ("vtools.commands",),
-    ("vtools.__main__",),
+    ("vtools.api", "vtools.__main__"),
 )
 
 

@@ -7,6 +7,9 @@ silently ignores such keys, so a typo there trains the wrong recipe. Every
 option of timm's train.py is an option here, so the ``args.yaml`` timm writes
 (all its keys, nulls and empty strings included) is read as it is.
 
+The Python API (vtools/api.py) resolves its keyword options here too, over the
+same file: :func:`resolve_options` checks each keyword as a YAML value is checked.
+
 The run's own ``config.yaml`` is written with timm's key spelling (option
 dests, underscores), so timm's ``train.py -c`` reads every value of it too.
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +117,13 @@ def _scalar_text(node: yaml.Node) -> str | list[str | None] | None:
     return None
 
 
-def _coerce(key: str, value: Any, action: argparse.Action, source: str, text: Any = None) -> Any:
-    """Check (and convert) a YAML value the way argparse would check a flag's value; ``text``: how the value
-    was written (a list of texts for a list), which a string option takes."""
+def _coerce(label: str, value: Any, action: argparse.Action, text: Any = None, null: str = "null") -> Any:
+    """Check (and convert) a value the way argparse would check a flag's value; ``label`` names it in the
+    error (``config FILE: key 'lr'``), ``text``: how a YAML value was written (a list of texts for a list),
+    which a string option takes; ``null``: how the value None was written."""
 
     def wrong(expected: str) -> UsageError:
-        return UsageError(f"config {source}: key '{key}' expects {expected}, got {value!r}")
+        return UsageError(f"{label} expects {expected}, got {value!r}")
 
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         if not isinstance(value, bool):
@@ -129,7 +135,7 @@ def _coerce(key: str, value: Any, action: argparse.Action, source: str, text: An
         return value
     if value is None:
         if action.default is not None:  # null cannot stand for a value the option always has
-            raise UsageError(f"config {source}: key '{key}' expects {_expected(action)}, got null")
+            raise UsageError(f"{label} expects {_expected(action)}, got {null}")
         return None
     if isinstance(action.default, dict):  # --model-kwargs key=value pairs: a mapping in YAML
         if not isinstance(value, dict):
@@ -199,7 +205,8 @@ def yaml_defaults(parser: argparse.ArgumentParser, data: dict[str, Any], source:
         if key in merged:
             first = next(str(k) for k in data if str(k).replace("-", "_") == key)
             raise UsageError(f"config {source}: '{first}' and '{raw_key}' are the same option, given twice")
-        merged[key] = _coerce(str(raw_key), value, options[key], source, getattr(data, "texts", {}).get(raw_key))
+        text = getattr(data, "texts", {}).get(raw_key)
+        merged[key] = _coerce(f"config {source}: key '{raw_key}'", value, options[key], text)
     return _one_data_folder(merged) if "data" in options else merged
 
 
@@ -211,6 +218,42 @@ def _one_data_folder(values: dict[str, Any]) -> dict[str, Any]:
     if folder:
         values.update(data=folder, data_dir=None)
     return values
+
+
+def keyword_values(parser: argparse.ArgumentParser, values: Mapping[str, Any], caller: str) -> dict[str, Any]:
+    """Python keyword options (``batch_size=64``), checked and converted as the YAML file's values are; a
+    name no option has stops with the closest real one. A path may be a ``Path`` and a list a tuple."""
+    options = _options(parser)
+    names = [name for name in options if name != "config"]
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in names:
+            close = closest_name(key, names)
+            raise UsageError(f"{caller}: unknown option '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
+        checked[key] = _coerce(f"{caller}: option '{key}'", _plain(value), options[key], null="None")
+    return checked
+
+
+def _plain(value: Any) -> Any:
+    """A keyword value as YAML would give it: paths as text, tuples as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def resolve_options(
+    parser: argparse.ArgumentParser, config: str | Path | None, values: Mapping[str, Any], caller: str
+) -> argparse.Namespace:
+    """The Python API's parse: the parser's defaults < the YAML file ``config`` < keyword ``values``, each
+    checked as on the command line (refused timm flags included); no argv strings are made."""
+    if config:
+        parser.set_defaults(**yaml_defaults(parser, read_yaml(config), str(config)))
+        if "config" in _options(parser):
+            parser.set_defaults(config=str(config))  # as -c FILE leaves it
+    parser.set_defaults(**keyword_values(parser, values, caller))
+    return parser.parse_args([])
 
 
 def add_config_flag(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,188 @@
+"""vtools/api.py: keyword options resolve as the command line's flags do (defaults < YAML < keywords, the same
+checks), and fit / validate / predict give what train.py / validate.py / inference.py give."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import EMULATED_NPU_MODULE, REPO, device_flags, run_script, write_model_folder
+from vtools.api import infer_options, train_options, validate_options
+from vtools.cli import infer_flags, train_flags, validate_flags
+from vtools.errors import UsageError
+
+QUICK_START = REPO / "configs" / "fashion_mnist_cpu.yaml"
+SHIPPED_VAL = REPO / "data" / "fashion-mnist-mini" / "val"
+TIMED = ("img_per_sec", "epoch_seconds", "data_wait")  # a measurement of this run's speed, not its result
+
+
+# ---------------------------------------------------------------- options: the command line's parse, from Python
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+def test_keywords_over_the_yaml_file_over_defaults_as_flags_are() -> None:
+    ours = train_options(QUICK_START, {"lr": 0.01, "epochs": 2, "scale": (0.5, 1.0), "output": Path("out")})
+    theirs = train_flags.parse(
+        ["-c", str(QUICK_START), "--lr", "0.01", "--epochs", "2", "--scale", "0.5", "1.0", "--output", "out"]
+    )
+    assert vars(ours) == vars(theirs)
+    assert (ours.lr, ours.opt, ours.momentum) == (0.01, "adamw", 0.9)  # keyword, file, default
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+def test_validate_and_predict_options_are_their_scripts() -> None:
+    model = "runs/fashion-mnist-cpu/model"
+    assert vars(validate_options(None, {"data": SHIPPED_VAL, "model": model, "batch_size": 16})) == vars(
+        validate_flags.parse([str(SHIPPED_VAL), "--model", model, "--batch-size", "16"])
+    )
+    assert vars(infer_options(None, {"data_dir": str(SHIPPED_VAL), "model": model, "topk": 3})) == vars(
+        infer_flags.parse(["--data-dir", str(SHIPPED_VAL), "--model", model, "--topk", "3"])
+    )
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"btach_size": 8}, "fit(): unknown option 'btach_size' (did you mean 'batch_size'?)"),
+        ({"learning_rate": 0.1}, "did you mean 'lr'?"),
+        ({"batch_size": "64"}, "fit(): option 'batch_size' expects an integer, got '64'"),
+        ({"epochs": None}, "option 'epochs' expects an integer, got None"),
+        ({"opt_kwargs": ["eps=1"]}, "option 'opt_kwargs' expects a mapping"),
+        ({"clip_mode": "sum"}, "expects one of norm, value, agc"),
+        ({"epochs": 0}, "--epochs must be a positive integer, got 0"),  # the command's own checks
+        ({"epoch_repeats": 2.0}, "--epoch-repeats 2.0:"),  # a timm flag only its default may take
+    ],
+)
+def test_a_wrong_keyword_is_the_usage_error_of_its_flag(options: dict, words: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        train_options(None, {"data_dir": "data", **options})
+    assert words in str(caught.value)
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+def test_the_yaml_file_is_checked_as_train_py_checks_it(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        train_options(tmp_path / "missing.yaml", {})
+    (tmp_path / "typo.yaml").write_text("data-dir: data\nbatch-sise: 8\n")
+    with pytest.raises(UsageError, match="unknown key 'batch-sise' \\(did you mean 'batch_size'\\?\\)"):
+        train_options(tmp_path / "typo.yaml", {})
+    with pytest.raises(UsageError, match="give the images to classify"):
+        infer_options(None, {"model": "resnet18"})
+
+
+@pytest.mark.cpu_only(reason="imports modules; runs nothing on a device")
+def test_import_vtools_stays_light_until_the_api_is_used() -> None:
+    probe = (
+        "import sys, vtools\n"
+        "light = 'torch' not in sys.modules\n"
+        "assert 'fit' in dir(vtools) and vtools.fit.__module__ == 'vtools.api'\n"
+        "print(light, 'vtools.commands.train' in sys.modules)\n"
+    )
+    proc = run_script(["-c", probe])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]
+
+
+# ---------------------------------------------------------------- the same runs as the scripts
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    return [{key: value for key, value in row.items() if key not in TIMED} for row in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only(reason="the quick start is a cpu run; npu training: tests/scripts/test_train.py")
+def test_fit_writes_what_train_py_writes(tmp_path: Path) -> None:
+    import vtools
+
+    outcome = vtools.fit(QUICK_START, epochs=2, device="cpu", output=tmp_path / "api")
+    proc = run_script(
+        ["train.py", "-c", str(QUICK_START), "--epochs", "2", "--device", "cpu", "--output", str(tmp_path / "script")]
+    )
+    assert proc.returncode == 0, proc.stderr
+    ours, theirs = tmp_path / "api" / "fashion-mnist-cpu", tmp_path / "script" / "fashion-mnist-cpu"
+    assert (outcome.code, outcome.folder, outcome.model_dir) == (0, ours, ours / "model")
+    assert outcome.summary == _rows(ours / "summary.csv")
+    assert len(outcome.summary) == 2
+    assert _untimed(outcome.summary) == _untimed(_rows(theirs / "summary.csv"))
+    weights = "model/model.safetensors"
+    assert (ours / weights).read_bytes() == (theirs / weights).read_bytes()
+    # a sweep calls fit again in the same process: nothing the first run left behind changes the second
+    again = vtools.fit(QUICK_START, epochs=2, device="cpu", output=tmp_path / "api", experiment="again")
+    assert (again.folder / weights).read_bytes() == (ours / weights).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def shipped_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-init model folder for the shipped set's ten classes."""
+    classes = sorted(path.name for path in SHIPPED_VAL.iterdir())
+    return write_model_folder(tmp_path_factory.mktemp("api_model") / "model", len(classes), classes)
+
+
+def _device_options(device: torch.device) -> dict:
+    """The keywords that select ``device`` as tests.conftest.device_flags selects it on a command line."""
+    return {"device": device.type, **({"device_modules": [EMULATED_NPU_MODULE]} if device.type == "npu" else {})}
+
+
+@pytest.mark.slow
+def test_validate_equals_validate_py(device: torch.device, shipped_model: Path, tmp_path: Path) -> None:
+    import vtools
+
+    rows = vtools.validate(
+        data=SHIPPED_VAL, model=shipped_model, img_size=32, results_file=tmp_path / "api.csv", **_device_options(device)
+    )
+    proc = run_script(
+        [
+            "validate.py",
+            str(SHIPPED_VAL),
+            "--model",
+            str(shipped_model),
+            "--img-size",
+            "32",
+            "--results-file",
+            str(tmp_path / "script.csv"),
+            *device_flags(device.type),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    ours, theirs = _rows(tmp_path / "api.csv"), _rows(tmp_path / "script.csv")
+    assert _untimed(ours) == _untimed(theirs)
+    assert [(str(row["top1"]), row["samples"]) for row in rows] == [(row["top1"], 300) for row in theirs]
+
+
+@pytest.mark.slow
+def test_predict_equals_inference_py(
+    device: torch.device, shipped_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import vtools
+
+    rows = vtools.predict(
+        data=SHIPPED_VAL, model=shipped_model, img_size=32, results_file=tmp_path / "api.csv", **_device_options(device)
+    )
+    proc = run_script(
+        [
+            "inference.py",
+            str(SHIPPED_VAL),
+            "--model",
+            str(shipped_model),
+            "--img-size",
+            "32",
+            "--results-file",
+            str(tmp_path / "script.csv"),
+            *device_flags(device.type),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "api.csv").read_text() == (tmp_path / "script.csv").read_text()
+    assert len(rows) == 300
+    last = capsys.readouterr().out.splitlines()[-1]  # the rows hold no device: the last line names it
+    assert last == proc.stdout.splitlines()[-1] == f"300 images classified on {device}"

@@ -1,0 +1,79 @@
+"""Train, validate and predict from Python with the scripts' options and defaults: a notebook, a sweep or
+another program calls these instead of building a command line.
+
+    outcome = vtools.fit("configs/fashion_mnist_cpu.yaml", epochs=5, lr=0.001)
+    rows = vtools.validate(data="data/fashion-mnist-mini/val", model=outcome.model_dir)
+
+A keyword is an option's argparse dest (``batch_size=64``, ``data_dir=...``). Options resolve as on the
+command line, with the same checks: the command's defaults < the YAML file ``config`` < the keywords
+(vtools.cli.config.resolve_options). Each function then runs what its script runs (printing what it
+prints, writing what it writes) and returns the rows it wrote. A refusal is the :class:`UsageError` the
+script would print as one line, and a run that failed on its own is a :class:`RunFailed`.
+
+Nothing heavy is imported until a function is called: the commands (torch, timm) load then. The process
+setup of vtools.cli.runner (a guarded torch import, exit codes, an exit without teardown) belongs to a
+script, not a library; the training run installs its own signal handlers for its duration, as the script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vtools.cli import infer_flags, train_flags, validate_flags
+from vtools.cli.config import resolve_options
+from vtools.cli.parser import check_values
+
+if TYPE_CHECKING:
+    from vtools.train.run_files import TrainOutcome
+
+__all__ = ["fit", "predict", "validate"]
+
+
+def fit(config: str | Path | None = None, **options: Any) -> TrainOutcome:
+    """Train as ``train.py -c config --option value ...`` does. The outcome holds the exit code (non-zero
+    where a signal stopped the run after saving it), the run folder, the exported model folder and the
+    summary.csv rows."""
+    from vtools.commands.train import train_run
+
+    return train_run(train_options(config, options))
+
+
+def validate(config: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:
+    """Validate as ``validate.py`` does: one row per model (and checkpoint), as --results-file holds them."""
+    from vtools.commands.validate import validate_models
+
+    return validate_models(validate_options(config, options))
+
+
+def predict(config: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:
+    """Classify as ``inference.py`` does: one row per image, as its results files hold them."""
+    from vtools.commands.infer import predict_rows
+
+    return predict_rows(infer_options(config, options))
+
+
+def train_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+    """train.py's options for these keywords, checked as vtools.cli.train_flags.parse checks a command line."""
+    args = resolve_options(train_flags.build_parser(), config, options, "fit()")
+    check_values(args)
+    train_flags.check_train_args(args)
+    return args
+
+
+def validate_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+    """validate.py's options for these keywords, checked as vtools.cli.validate_flags.parse checks them."""
+    args = resolve_options(validate_flags.build_parser(), config, options, "validate()")
+    check_values(args)
+    if args.report:
+        validate_flags.check_report_args(args)
+    return args
+
+
+def infer_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+    """inference.py's options for these keywords, checked as vtools.cli.infer_flags.parse checks them."""
+    args = resolve_options(infer_flags.build_parser(), config, options, "predict()")
+    check_values(args)
+    infer_flags.check_inference_args(args)
+    return args
