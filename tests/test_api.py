@@ -4,6 +4,7 @@ checks), and fit / validate / predict give what train.py / validate.py / inferen
 from __future__ import annotations
 
 import csv
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -104,20 +105,18 @@ def _untimed(rows: list[dict]) -> list[dict]:
 def test_fit_writes_what_train_py_writes(tmp_path: Path) -> None:
     import vtools
 
-    outcome = vtools.fit(QUICK_START, epochs=2, device="cpu", output=tmp_path / "api")
-    proc = run_script(
-        ["train.py", "-c", str(QUICK_START), "--epochs", "2", "--device", "cpu", "--output", str(tmp_path / "script")]
-    )
+    outcome = vtools.fit(QUICK_START, device="cpu", output=tmp_path / "api")  # the whole quick start
+    proc = run_script(["train.py", "-c", str(QUICK_START), "--device", "cpu", "--output", str(tmp_path / "script")])
     assert proc.returncode == 0, proc.stderr
     ours, theirs = tmp_path / "api" / "fashion-mnist-cpu", tmp_path / "script" / "fashion-mnist-cpu"
     assert (outcome.code, outcome.folder, outcome.model_dir) == (0, ours, ours / "model")
     assert outcome.summary == _rows(ours / "summary.csv")
-    assert len(outcome.summary) == 2
+    assert len(outcome.summary) == 20
     assert _untimed(outcome.summary) == _untimed(_rows(theirs / "summary.csv"))
     weights = "model/model.safetensors"
     assert (ours / weights).read_bytes() == (theirs / weights).read_bytes()
     # a sweep calls fit again in the same process: nothing the first run left behind changes the second
-    again = vtools.fit(QUICK_START, epochs=2, device="cpu", output=tmp_path / "api", experiment="again")
+    again = vtools.fit(QUICK_START, device="cpu", output=tmp_path / "api", experiment="again")
     assert (again.folder / weights).read_bytes() == (ours / weights).read_bytes()
 
 
@@ -133,6 +132,12 @@ def _device_options(device: torch.device) -> dict:
     return {"device": device.type, **({"device_modules": [EMULATED_NPU_MODULE]} if device.type == "npu" else {})}
 
 
+def _run_on_shipped_val(script: str, model: Path, results: Path, device: torch.device) -> subprocess.CompletedProcess:
+    """``script`` on the shipped validation images with ``model`` at 32 px, its rows in ``results``."""
+    flags = [str(SHIPPED_VAL), "--model", str(model), "--img-size", "32", "--results-file", str(results)]
+    return run_script([script, *flags, *device_flags(device.type)])
+
+
 @pytest.mark.slow
 def test_validate_equals_validate_py(device: torch.device, shipped_model: Path, tmp_path: Path) -> None:
     import vtools
@@ -140,19 +145,7 @@ def test_validate_equals_validate_py(device: torch.device, shipped_model: Path, 
     rows = vtools.validate(
         data=SHIPPED_VAL, model=shipped_model, img_size=32, results_file=tmp_path / "api.csv", **_device_options(device)
     )
-    proc = run_script(
-        [
-            "validate.py",
-            str(SHIPPED_VAL),
-            "--model",
-            str(shipped_model),
-            "--img-size",
-            "32",
-            "--results-file",
-            str(tmp_path / "script.csv"),
-            *device_flags(device.type),
-        ]
-    )
+    proc = _run_on_shipped_val("validate.py", shipped_model, tmp_path / "script.csv", device)
     assert proc.returncode == 0, proc.stderr
     ours, theirs = _rows(tmp_path / "api.csv"), _rows(tmp_path / "script.csv")
     assert _untimed(ours) == _untimed(theirs)
@@ -168,19 +161,7 @@ def test_predict_equals_inference_py(
     rows = vtools.predict(
         data=SHIPPED_VAL, model=shipped_model, img_size=32, results_file=tmp_path / "api.csv", **_device_options(device)
     )
-    proc = run_script(
-        [
-            "inference.py",
-            str(SHIPPED_VAL),
-            "--model",
-            str(shipped_model),
-            "--img-size",
-            "32",
-            "--results-file",
-            str(tmp_path / "script.csv"),
-            *device_flags(device.type),
-        ]
-    )
+    proc = _run_on_shipped_val("inference.py", shipped_model, tmp_path / "script.csv", device)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "api.csv").read_text() == (tmp_path / "script.csv").read_text()
     assert len(rows) == 300
