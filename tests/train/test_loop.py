@@ -298,3 +298,63 @@ def test_a_stop_inside_a_log_window_still_checks_its_losses(device: torch.device
     parts = _parts(torch.nn.Linear(FEATURES, CLASSES).to(device), device, accum=1)
     with pytest.raises(RunFailed, match="at epoch 0 step 3;"):
         train_one_epoch(parts, batches, 0, 0, log_interval=5, show_progress=False, stop=StopAfterThird(), start_step=2)
+
+
+def test_an_epoch_says_whether_a_stop_cut_it_short(device: torch.device) -> None:
+    """``interrupted`` is True exactly when a stop ended the epoch early, and the steps say where."""
+
+    class StopAtSecond:
+        def agreed(self, num_updates: int) -> bool:
+            return num_updates == 2
+
+    parts = _parts(torch.nn.Linear(FEATURES, CLASSES).to(device), device, accum=1)
+    whole, _ = train_one_epoch(parts, _batches(4, device), 0, 0, log_interval=2, show_progress=False)
+    cut, _ = train_one_epoch(parts, _batches(4, device), 1, 0, log_interval=2, show_progress=False, stop=StopAtSecond())
+    assert (whole.interrupted, whole.steps) == (False, 4)
+    assert (cut.interrupted, cut.steps) == (True, 2)
+
+
+def test_mixup_mixes_images_and_targets_before_the_loss(device: torch.device) -> None:
+    """--mixup/--cutmix: the batch's images and its targets go through the mixer together, and the loss takes
+    the mixed (soft) targets."""
+    seen = []
+
+    def mix(images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        soft = torch.nn.functional.one_hot(targets, CLASSES).float() * 0.8 + 0.2 / CLASSES
+        seen.append(targets.clone())
+        return images.flip(0), soft
+
+    parts = _parts(torch.nn.Linear(FEATURES, CLASSES).to(device), device, accum=1)
+    parts.mixup = mix
+    batches = _batches(2, device)
+    result, _ = train_one_epoch(parts, batches, 0, 0, log_interval=2, show_progress=False)
+    assert [t.tolist() for t in seen] == [b.targets.tolist() for b in batches]
+    assert torch.isfinite(torch.tensor(result.loss))
+
+
+def test_the_log_figures_are_this_epochs_speed_and_rate(device: torch.device) -> None:
+    """Each log step's images per second is measured from the epoch's start (at least its samples over the
+    whole call's time), and the progress bar on a terminal shows the epoch, its length, loss, lr and speed."""
+    import io
+    import sys
+    import time
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    logged = []
+    parts = _parts(torch.nn.Linear(FEATURES, CLASSES).to(device), device, accum=1)
+    terminal, saved = Terminal(), sys.stderr
+    began = time.perf_counter()
+    sys.stderr = terminal
+    try:
+        train_one_epoch(parts, _batches(4, device), 7, 0, log_interval=2, on_log=logged.append)
+    finally:
+        sys.stderr = saved
+    elapsed = time.perf_counter() - began
+    assert [point.step for point in logged] == [2, 4]
+    for point in logged:
+        assert point.images_per_second >= point.step * BATCH / elapsed
+    bar = terminal.getvalue()
+    assert "epoch 7" in bar and "/4" in bar and "loss=" in bar and "lr=1" in bar and "img_s=" in bar
