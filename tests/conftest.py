@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -134,6 +135,40 @@ def run_script(
     if file_permissions_apply:
         command = as_a_user(command)
     return subprocess.run(command, cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # for every run of a weights comparison: thread counts change float sums
+
+
+def start_script(args: list[str], env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Start ``python <args>`` from the repository root, unbuffered, in a session of its own (a signal to
+    its process group reaches its loader workers, as a scheduler's does), its output read as text lines."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "start_new_session": True, **popen}
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=full_env, text=True, **options)
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (from /proc; Linux only, like torchrun's workers here)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def rank_of(pid: int) -> int | None:
+    """The torchrun rank (RANK) a process was started with, None for one started without."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    ranks = [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(b"RANK=")]
+    return int(ranks[0]) if ranks else None
 
 
 def as_a_user(command: list[str]) -> list[str]:

@@ -18,8 +18,9 @@ from typing import IO
 from vtools.errors import RunFailed
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], durable: bool = True) -> Path:
+    """Write through a temporary file in the same folder, then rename over ``path``; ``durable``: on disk
+    (fsynced) before the rename, which a note rewritten every few seconds can do without."""
     target = Path(path)
     temp = ""
     try:
@@ -28,7 +29,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
         with os.fdopen(handle, "wb") as stream:
             write(stream)
             stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                os.fsync(stream.fileno())
         os.chmod(temp, shared_file_mode())  # mkstemp makes 0600; results are for sharing, as open() would
         os.replace(temp, target)
     except OSError as err:  # a full disk, a quota, a folder gone read-only: the old file stays as it was
@@ -97,9 +99,9 @@ def shared_file_mode() -> int:
     return 0o666 & ~current
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike, text: str, durable: bool = True) -> Path:
     """UTF-8 text; characters that cannot be encoded (a file name that is not UTF-8) are escaped."""
-    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8", errors="backslashreplace")))
+    return atomic_write(path, lambda stream: stream.write(text.encode("utf-8", errors="backslashreplace")), durable)
 
 
 def temporary_names(target: Path) -> list[Path]:

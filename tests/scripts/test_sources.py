@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.conftest import (
     assert_usage_error,
     device_flags,
     run_script,
+    start_script,
     summary,
     torchrun,
     train_args,
@@ -381,16 +381,7 @@ def test_sigterm_mid_epoch_on_shards_resumes_exactly(stores: dict[str, Path], tm
         str(stores["wds"]),
     ]
     args = train_args(Path("unused"), tmp_path, "stopped", *common)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_script(args)
     for line in proc.stdout:
         if line.startswith("epoch 0:"):
             break

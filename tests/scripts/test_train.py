@@ -18,15 +18,19 @@ import torch
 from tests.conftest import (
     CLASSES,
     DEVICE_TYPES,
+    ONE_THREAD,
     REPO,
     SECOND_DEVICES,
     assert_one_line_error,
     assert_same_weights,
     assert_usage_error,
     autoload_env,
+    children,
     device_flags,
     free_port,
+    rank_of,
     run_script,
+    start_script,
     summary,
     torchrun,
     train_args,
@@ -154,16 +158,7 @@ def test_sigterm_then_resume_auto_continues_the_same_run(fashion4: Path, tmp_pat
     interrupted epoch's train_loss covers the whole epoch."""
     common = ["--device", "cpu", "--epochs", "6", "--log-interval", "1", "--resume", "auto"]
     args = train_args(fashion4, tmp_path / "out", None, *common)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_script(args)
     for line in proc.stdout:  # signal during epoch 1
         if line.startswith("epoch 0:"):
             break
@@ -215,21 +210,12 @@ def test_dead_loader_worker_is_a_runtime_failure(device_type: str, fashion4: Pat
         "--log-interval",
         "1",
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_script(args)
     try:
         for line in proc.stdout:
             if line.startswith("epoch 0:"):
                 break
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         assert workers, "no loader worker to kill"
         os.kill(workers[0], signal.SIGKILL)
         proc.stdout.read()
@@ -312,28 +298,6 @@ def assert_same_class_report(gathered: Path, single: Path) -> None:
     assert (a["confidence"] - b["confidence"]).abs().max() < 1e-3
 
 
-def _children(pid: int) -> list[int]:
-    """Direct child processes of ``pid`` (from /proc; Linux only, like torchrun's workers here)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
-def _rank_of(pid: int) -> int | None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    ranks = [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(b"RANK=")]
-    return int(ranks[0]) if ranks else None
-
-
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
 def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(
     device_type: str, fashion4: Path, tmp_path: Path
@@ -359,21 +323,12 @@ def test_torchrun_stop_agreed_across_ranks_and_resumed_exactly(
         "--resume",
         "auto",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen(
-        [sys.executable, *torchrun(train_args(fashion4, tmp_path, "stopped", *common))],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    launcher = start_script(torchrun(train_args(fashion4, tmp_path, "stopped", *common)), env=ONE_THREAD)
     try:
         for line in launcher.stdout:
             if line.startswith("epoch 0:"):
                 break
-        ranks = {_rank_of(pid): pid for pid in _children(launcher.pid)}
+        ranks = {rank_of(pid): pid for pid in children(launcher.pid)}
         assert set(ranks) >= {0, 1}, ranks
         os.kill(ranks[1], signal.SIGTERM)
         time.sleep(0.5)

@@ -358,3 +358,25 @@ def test_the_log_figures_are_this_epochs_speed_and_rate(device: torch.device) ->
         assert point.images_per_second >= point.step * BATCH / elapsed
     bar = terminal.getvalue()
     assert "epoch 7" in bar and "/4" in bar and "loss=" in bar and "lr=1" in bar and "img_s=" in bar
+
+
+def test_every_update_but_the_epochs_last_is_told_with_this_ranks_share(device: torch.device) -> None:
+    """after_update (the recovery checkpoints' hook) hears of each update with the steps done, the update
+    count and the loss sum and samples so far (carried ones included), never between the steps of an
+    accumulation group, and not after the epoch's last step (the epoch's own checkpoint follows)."""
+    model = torch.nn.Linear(FEATURES, CLASSES).to(device)
+    heard = []
+    result, _ = train_one_epoch(
+        _parts(model, device, accum=2),
+        _batches(7, device),
+        0,
+        10,
+        show_progress=False,
+        carried=(1.5, 4),
+        after_update=heard.append,
+    )
+    assert [(point.completed_steps, point.num_updates) for point in heard] == [(2, 11), (4, 12), (6, 13)]
+    assert [point.samples for point in heard] == [4 + 2 * BATCH, 4 + 4 * BATCH, 4 + 6 * BATCH]
+    last = heard[-1].so_far()
+    assert (last.completed_steps, last.local_samples) == (6, 4 + 6 * BATCH)
+    assert 1.5 < last.local_loss_sum < result.local_loss_sum  # the carried share, then this epoch's losses

@@ -172,9 +172,10 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     half, note = restore(saved, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)
     assert note == "" and (half.epoch, half.step, half.num_updates) == (0, 6, 3) and type(half.step) is int
     assert fresh.optimizer.state_dict()["state"] != {}  # the optimizer resumes unless told not to
-    assert half.carried == (pytest.approx(result.local_loss_sum), 12)
+    assert half.carried == (pytest.approx(result.local_loss_sum), 12) and half.samples_before == 12
     two, note = restore(saved, fresh, CheckpointManager(tmp_path), device, DistInfo(1, 2), 0, BATCH // 2)
     assert two.step == 3 and two.carried == (0.0, 0)  # another process count: no rank's share is its own
+    assert two.samples_before == 12  # the epoch's count goes on over every process
     assert note.startswith(" (saved by 1 process(es), resumed by 2: random streams re-seeded")
     restore(saved, fresh, CheckpointManager(tmp_path), device, DistInfo(1, 2), 7, BATCH)
     drawn = torch.rand(2)
@@ -182,8 +183,8 @@ def test_a_mid_epoch_position_is_kept_in_samples(device: torch.device, tmp_path:
     assert torch.equal(drawn, torch.rand(2))
     old = {key: value for key, value in saved.items() if key not in ("samples_in_epoch", "num_updates")}
     assert restore(old, fresh, CheckpointManager(tmp_path), device, DistInfo(), 0, BATCH // 2)[0] == Position(
-        0, 3, 0, (pytest.approx(result.local_loss_sum), 12)
-    )  # a first-version checkpoint: the step as saved, no update count
+        0, 3, 0, (pytest.approx(result.local_loss_sum), 12), 3 * (BATCH // 2)
+    )  # a first-version checkpoint: the step as saved, no update count, its samples as this batch counts them
     shared = training_state(vars(args), run, Position(0, 3, updates), [], device, DistInfo(0, 2), {}, result)
     assert (shared["samples_in_epoch"], shared["world_size"]) == (3 * BATCH * 2, 2)
     start = {**saved, "step_in_epoch": 0, "samples_in_epoch": 0}
@@ -478,7 +479,7 @@ CHANGEABLE_BEFORE_TAGS = frozenset(
     "validation_batch_size on_bad_image channels_last torchcompile pretrained initial_checkpoint epochs "
     "batch_size torchcompile_mode pretrained_path no_resume_opt start_epoch synchronize_step grad_checkpointing "
     "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
-)
+) | {"recovery_interval", "recovery_keep", "dist_timeout"}  # added with recovery checkpoints (issue 35)
 
 
 def test_the_flags_declare_what_a_resume_may_change() -> None:
@@ -497,5 +498,12 @@ def test_a_resume_names_the_options_it_changes_but_the_declared_ones() -> None:
     ]
     halved = SavedOptions({**saved_args, "batch_size": BATCH // 2}, changeable)
     assert experiment_changes(state, halved, ["a"], 8, 2) == []  # half the batch on twice the processes
+    accumulating = SavedOptions({**saved_args, "grad_accum_steps": 2}, changeable)
+    assert experiment_changes(state, accumulating, ["a"], 8, 1) == [
+        f"global batch (--batch-size x processes x --grad-accum-steps) {BATCH} x 1 x 1 -> {BATCH} x 1 x 2"
+    ]
+    assert experiment_changes(state, accumulating, ["a"], 8, 1, batch_may_change=True) == []  # elastic: said
+    halved_accumulating = SavedOptions({**saved_args, "batch_size": BATCH // 2, "grad_accum_steps": 2}, changeable)
+    assert experiment_changes(state, halved_accumulating, ["a"], 8, 1) == []  # the same global batch
     undeclared = SavedOptions(now.values, changeable - {"output"})
     assert experiment_changes(state, undeclared, ["a"], 8, 1) == ["--lr 0.05 -> 0.5", "--output (none) -> elsewhere"]

@@ -40,6 +40,40 @@ def model_dtype_name(name: str) -> str:
     return name
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def recovery_interval(text: str) -> int | str:
+    """--recovery-interval: a whole number of updates (timm's meaning), or a duration of training such as
+    ``900s``, ``30m`` or ``2h`` for steps too long to count; kept as written, so config.yaml repeats it."""
+    value = str(text).strip().lower()
+    if value.isdigit():
+        return int(value)
+    if value[:-1].replace(".", "", 1).isdigit() and value[-1:] in DURATION_UNITS and float(value[:-1]) > 0:
+        return value
+    raise argparse.ArgumentTypeError(
+        f"invalid interval {text!r}: give a number of updates (500) or a time of training (900s, 30m, 2h)"
+    )
+
+
+def interval_seconds(value: int | str) -> float | None:
+    """The seconds a time-form --recovery-interval stands for; None for a count of updates."""
+    if isinstance(value, int):
+        return None
+    return float(value[:-1]) * DURATION_UNITS[value[-1]]
+
+
+def positive_seconds(text: str) -> float:
+    """A time in seconds above zero (--dist-timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: give seconds above 0, e.g. 600")
+    return value
+
+
 class KeyValuePairs(argparse.Action):
     """``KEY=VALUE ...`` into a dict, each value read as a Python literal where it is one (``drop_rate=0.1``
     is a float) and kept as text otherwise: timm's ``timm.utils.ParseKwargs``, which imports torch."""

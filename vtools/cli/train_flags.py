@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vtools.cli.config import add_config_flag, parse_with_config
-from vtools.cli.flag_values import KeyValuePairs
+from vtools.cli.flag_values import KeyValuePairs, positive_seconds, recovery_interval
 from vtools.cli.options import (
     add_batch_size,
     add_data_source_args,
@@ -306,6 +306,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     may_change_on_resume(
         group.add_argument(
+            "--recovery-interval",
+            type=recovery_interval,
+            default=0,
+            metavar="N|TIME",
+            help="also save a recovery checkpoint every N updates, or every TIME of training (900s, 30m, 2h), "
+            "written in the background; --resume auto continues from the newest checkpoint (default: 0, off)",
+        )
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--recovery-keep", type=int, default=2, metavar="K", help="recovery checkpoints to keep (default: 2)"
+        )
+    )
+    may_change_on_resume(
+        group.add_argument(
             "--log-tensorboard",
             action="store_true",
             default=False,
@@ -339,6 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     may_change_on_resume(
         group.add_argument("--dist-backend", default=None, help="override the collective backend (default: per device)")
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--dist-timeout",
+            type=positive_seconds,
+            default=1800.0,
+            metavar="SECONDS",
+            help="under torchrun: how long a collective, or a rank's silence, may last before the job ends "
+            "naming the rank that stopped (default: 1800, torch's own)",
+        )
     )
     add_device_args(parser, cpu_fallback=True)
     add_distillation_args(parser)
@@ -438,14 +463,6 @@ def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
         default="all",
         reason="vtools seeds every sample from (seed, epoch, index), which keeps resume exact; timm's 'all' "
         "is the only mode that matches that",
-    )
-    add_refused(
-        group,
-        "--recovery-interval",
-        type=int,
-        default=0,
-        reason="a stop signal (Ctrl-C, SIGTERM) already saves a resumable mid-epoch checkpoint; use --resume "
-        "auto after it",
     )
     add_refused(
         group,
@@ -551,7 +568,7 @@ def mixup_requested(options: Any) -> bool:
 
 def check_train_args(args: argparse.Namespace) -> None:
     """train.py's own value checks (the ones every script shares: vtools.cli.parser.check_values)."""
-    for flag in ("grad_accum_steps", "log_interval", "val_interval"):  # sizes and epochs: check_values
+    for flag in ("grad_accum_steps", "log_interval", "val_interval", "recovery_keep"):  # sizes and epochs: check_values
         check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
     for name, (allowed, text) in VALUE_RANGES.items():
         value = getattr(args, name, None)

@@ -35,14 +35,15 @@ from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import draw_report_or_why_not
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
+from vtools.runtime.heartbeat import rank_heartbeat, report_progress
 from vtools.runtime.resolve import Runtime, setup_runtime
 from vtools.train import recipe
 from vtools.train.assemble import Loaders
-from vtools.train.checkpoint import BEST, LAST
+from vtools.train.checkpoint import BEST, LAST, recovery_files
 from vtools.train.job import TrainJob
 from vtools.train.loop import EpochResult, LogPoint, StopRequest, exit_code
 from vtools.train.resume import RunFolder, SavedOptions, choose_run_folder
-from vtools.train.run import Say, TrainingRun, set_up
+from vtools.train.run import Say, TrainingRun, set_up, stop_check_every
 from vtools.train.run_clock import RunClock, clock_text
 from vtools.train.run_files import CONFIG_NAMES, EVAL_DIR, MODEL_DIR, SUMMARY, TrainOutcome, write_run_config
 from vtools.train.run_lock import FolderClaim, owned_folder
@@ -68,9 +69,11 @@ def train_run(args: argparse.Namespace) -> TrainOutcome:
     device, backend = runtime.device, job.distributed.dist_backend
     if backend:
         dev.dist_backend(device, backend)  # an unavailable backend fails now, not inside torchrun
-    dist_info = init_distributed(device, backend)
-    try:
-        return train(args, job, runtime, dist_info)
+    timeout = job.distributed.dist_timeout
+    dist_info = init_distributed(device, backend, timeout)
+    try:  # a rank that stops answering ends the job in one line (vtools/runtime/heartbeat.py)
+        with rank_heartbeat(dist_info.rank, dist_info.world_size, timeout):
+            return train(args, job, runtime, dist_info)
     finally:
         shutdown()
 
@@ -107,15 +110,14 @@ def run_training(
         say(line)
     training.start()
     watch = watch_run(job, runtime, training, say)
-    check_every = job.logging.log_interval if dist_info.enabled else 1  # how often the ranks agree on a stop
-    with StopRequest(runtime.device, check_every=check_every) as stop, closing(watch.scalars):
+    with StopRequest(runtime.device, check_every=stop_check_every(job, dist_info)) as stop, closing(watch.scalars):
         code = train_epochs(training, stop, watch, say)
         if code is not None:
             return code, [], None
         with stop.shielded():  # the run's last files are written whole, whatever signal comes now
             model_dir = finish(training, say)
         epochs = training.num_epochs - training.position.epoch  # in this process
-        last_lines = final_summary(claim, training.clock, epochs, watch.data_wait)
+        last_lines = final_summary(claim, training.clock, epochs, watch.data_wait) + recovery_lines(training)
         if stop.requested:
             say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
     return 0, last_lines, model_dir
@@ -149,6 +151,11 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
             f"distilling from {distill.kd_model_name} (logit, temperature {distill.kd_temperature}, task weight "
             f"{parts.task.task_loss_weight:g}, distillation weight {parts.task.distill_loss_weight:g})"
         )
+    if training.recovery is not None:
+        lines.append(
+            f"recovery checkpoints {training.recovery.describe()} (the newest {job.run.recovery_keep} kept): "
+            "--resume auto continues from the newest"
+        )
     lines += [f"device: {note}" for note in runtime.notes]
     lines.append(f"cpu budget: {runtime.budget.describe()}")
     if not training.resumed:
@@ -178,6 +185,7 @@ def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say) 
     data_wait = DataWaitVerdict(loader_setting(job, runtime, training.loaders, training.data.train))
 
     def on_log(point: LogPoint) -> None:
+        report_progress(point.epoch, point.step)  # the step a line naming a stopped rank gives
         scalars.step(point.num_updates, point.loss, point.lr, point.images_per_second)
         line = training.clock.step_line(point)
         if line:
@@ -274,10 +282,26 @@ def final_summary(claim: FolderClaim, clock: RunClock, epochs: int, data_wait: D
     checkpoints = sorted(p.name for p in folder.glob("checkpoint-*.pth.tar") if p.name in claim.ledger)
     if checkpoints:
         names.append(f"{len(checkpoints)} epoch checkpoint(s)")
+    recovery = [path.name for path in recovery_files(folder) if path.name in claim.ledger]
+    if recovery:
+        names.append(f"{len(recovery)} recovery checkpoint(s)")
     line = f"finished in {clock_text(clock.elapsed)} ({epochs} epoch(s) in this process); wrote to {folder}: "
     line += ", ".join(names)
     reminder = data_wait.summary()
     return [line, reminder] if reminder else [line]
+
+
+def recovery_lines(training: TrainingRun) -> list[str]:
+    """What the recovery checkpoints cost this process's steps (rank 0 writes them): the copy to host
+    memory, and the waits for a previous write that had not reached the disk."""
+    stats = training.manager.recovery
+    if training.recovery is None or not training.dist_info.is_main:
+        return []
+    return [
+        f"recovery checkpoints: {stats.count} taken ({training.recovery.describe()}); the steps spent "
+        f"{stats.copy_seconds:.2f} s copying the state to host memory and {stats.wait_seconds:.2f} s waiting "
+        "for the disk"
+    ]
 
 
 def draw_eval_report(claim: FolderClaim) -> str:

@@ -66,10 +66,18 @@ class DeviceKind:
     # the vendor toolkit's name in the environment report, and the variables that point at its installation
     toolkit: str = ""
     toolkit_home_env: tuple[str, ...] = ()
+    # the collective library's own timeout variables (seconds), set from --dist-timeout unless the user set them
+    collective_timeout_env: tuple[str, ...] = ()
 
     def environment_variables(self) -> tuple[str, ...]:
         """Every environment variable this row names, for the environment report."""
-        names = (self.visible_env, *self.toolkit_home_env, self.affinity_env, *(n for n, _, _ in self.recommended_env))
+        names = (
+            self.visible_env,
+            *self.toolkit_home_env,
+            self.affinity_env,
+            *(n for n, _, _ in self.recommended_env),
+            *self.collective_timeout_env,
+        )
         return tuple(dict.fromkeys(name for name in names if name))
 
 
@@ -128,6 +136,9 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             pairs_torch_version=True,
             device_file="/dev/davinci{}",
             toolkit_version="torch_npu.utils.get_cann_version",
+            # HCCL's wait for the other devices inside a collective (default 1836 s; Atlas training series round
+            # it down to a multiple of 68 s). HCCL_CONNECT_TIMEOUT is the start-up link wait, not a hang's.
+            collective_timeout_env=("HCCL_EXEC_TIMEOUT",),
             recommended_env=(
                 ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),
                 ("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),

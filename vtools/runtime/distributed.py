@@ -13,17 +13,22 @@ MASTER_ADDR / MASTER_PORT the job script exports).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 from torch.utils.data import Sampler
 
 from vtools.errors import UsageError
-from vtools.runtime.device import dist_backend
+from vtools.runtime.attempt_store import attempt_store, under_agent_store
+from vtools.runtime.device import dist_backend, kind_of
+from vtools.runtime.heartbeat import collective_timeout
 
 MASTER_EXAMPLE = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) MASTER_PORT=29500'
 
@@ -161,17 +166,40 @@ def refuse_torchrun(script: str) -> None:
         )
 
 
-def init_distributed(device: torch.device, backend: str | None = None) -> DistInfo:
+def init_distributed(
+    device: torch.device, backend: str | None = None, timeout_seconds: float | None = None
+) -> DistInfo:
     """Join the process group torchrun (or srun, see :func:`adopt_srun_launch`) describes (a no-op for a
-    single process)."""
+    single process). ``timeout_seconds`` (``--dist-timeout``; None: torch's default) bounds its collectives
+    and the device's own (:func:`set_device_collective_timeouts`), a few heartbeats longer
+    (vtools/runtime/heartbeat.py) so that a rank that stopped is named before a collective gives up."""
     adopt_srun_launch()  # already done by setup_runtime, before the device was resolved; idempotent
     if not launched_by_torchrun():
         return DistInfo()
     if not dist.is_initialized():
         name = dist_backend(device, backend)
-        kwargs = {"device_id": device} if device.type != "cpu" and name != "gloo" else {}
+        kwargs: dict[str, Any] = {"device_id": device} if device.type != "cpu" and name != "gloo" else {}
+        if timeout_seconds is not None:
+            seconds = collective_timeout(timeout_seconds)
+            set_device_collective_timeouts(device.type, seconds)
+            kwargs["timeout"] = timedelta(seconds=seconds)
+        if under_agent_store():  # torchrun's store outlives an attempt: a namespace of this attempt's own
+            rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            store, _ = attempt_store(rank, world_size, kwargs.get("timeout", default_pg_timeout))
+            kwargs.update(store=store, rank=rank, world_size=world_size)
         dist.init_process_group(backend=name, **kwargs)
     return DistInfo(dist.get_rank(), dist.get_world_size())
+
+
+def set_device_collective_timeouts(device_type: str, seconds: float) -> dict[str, str]:
+    """Export the device's own collective timeout variables (its row's ``collective_timeout_env``, e.g.
+    HCCL_EXEC_TIMEOUT) as whole ``seconds``, before its collective library reads them; a variable the user
+    set is left as it is. Returns what was set."""
+    chosen = {
+        name: str(math.ceil(seconds)) for name in kind_of(device_type).collective_timeout_env if name not in os.environ
+    }
+    os.environ.update(chosen)
+    return chosen
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:

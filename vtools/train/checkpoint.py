@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,21 @@ from vtools.models.weights import UnreadableCheckpoint, safe_load
 LAST = "last.pth.tar"
 BEST = "model_best.pth.tar"
 NUMBERED = re.compile(r"^checkpoint-(\d+)\.pth\.tar$")
+RECOVERY = re.compile(r"^recovery-(\d+)-(\d+)\.pth\.tar$")  # recovery-<epoch>-<step>, as timm names them
+
+
+def recovery_name(epoch: int, step: int) -> str:
+    return f"recovery-{epoch}-{step}.pth.tar"
+
+
+def recovery_files(folder: Path) -> list[Path]:
+    """The recovery checkpoints in ``folder``, oldest position first."""
+    found = [
+        ((int(m.group(1)), int(m.group(2))), p)
+        for p in folder.glob("recovery-*.pth.tar")
+        if (m := RECOVERY.match(p.name))
+    ]
+    return [path for _, path in sorted(found)]
 
 
 def portable_rng(state: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +80,22 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
 
 
 @dataclass
+class RecoveryStats:
+    """What the recovery checkpoints cost the training steps in this process: how many were taken, the
+    seconds spent copying the state to host memory, and the seconds spent waiting for the previous
+    write to reach the disk."""
+
+    count: int = 0
+    copy_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+    def add(self, waited: float, copied: float) -> None:
+        self.count += 1
+        self.wait_seconds += waited
+        self.copy_seconds += copied
+
+
+@dataclass
 class CheckpointManager:
     """Keeps last, best and the newest ``keep`` numbered checkpoints in ``folder``.
 
@@ -86,6 +118,8 @@ class CheckpointManager:
     best_metric: float | None = None
     best_epoch: int | None = None
     on_write: Callable[[Path], None] = field(default=lambda path: None, repr=False)  # told before each write
+    keep_recovery: int = 2
+    recovery: RecoveryStats = field(default_factory=lambda: RecoveryStats())
     _writer: threading.Thread | None = field(default=None, repr=False)
     _failure: BaseException | None = field(default=None, repr=False)
 
@@ -107,6 +141,30 @@ class CheckpointManager:
         )
         self._writer.start()
         return improved
+
+    def save_recovery(self, state: dict[str, Any], epoch: int, step: int) -> None:
+        """Start writing a recovery checkpoint (mid-epoch, at ``step``) and keep the newest
+        ``keep_recovery``. The training step pays for the copy to host memory, and waits for the disk
+        only while the previous checkpoint is still being written (at most one is in flight); both
+        times are counted in :attr:`recovery`."""
+        started = time.perf_counter()
+        self.wait()
+        copying = time.perf_counter()
+        snapshot = host_copy({**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch})
+        done = time.perf_counter()
+        self.recovery.add(waited=copying - started, copied=done - copying)
+        self._writer = threading.Thread(
+            target=self._write_recovery, name="recovery-writer", args=(snapshot, recovery_name(epoch, step))
+        )
+        self._writer.start()
+
+    def _write_recovery(self, state: dict[str, Any], name: str) -> None:
+        try:
+            atomic_write(self._claim(name), lambda stream: torch.save(state, stream))
+            for stale in recovery_files(self.folder)[: -max(1, self.keep_recovery)]:
+                stale.unlink(missing_ok=True)
+        except BaseException as err:  # handed to the main thread by wait()
+            self._failure = err
 
     def wait(self) -> None:
         """Return once the checkpoint being written is on disk; raise what made its write fail."""

@@ -161,6 +161,8 @@ class RunOptions:
     no_resume_opt: bool
     start_epoch: int | None
     checkpoint_hist: int  # numbered checkpoints kept
+    recovery_interval: int | str  # updates (int) or a time of training ('30m') between recovery checkpoints
+    recovery_keep: int  # recovery checkpoints kept
     eval_metric: str  # what makes an epoch the best
     val_interval: int  # validate every N epochs (and the last)
     seed: int
@@ -172,6 +174,7 @@ class DistributedOptions:
     """How the processes of a distributed run talk and share BatchNorm statistics."""
 
     dist_backend: str | None  # None: the device type's own
+    dist_timeout: float  # seconds a collective or a silent rank may take before the job ends
     sync_bn: bool
     dist_bn: str  # reduce, broadcast or '' after each epoch
     no_ddp_bb: bool  # DDP without broadcasting buffers

@@ -161,6 +161,34 @@ class LogPoint:
     images_per_second: float
 
 
+@dataclass(frozen=True)
+class UpdatePoint:
+    """Where the epoch stands after an update, for a recovery checkpoint: the steps done (counted from the
+    epoch's start), the run's update count, and this rank's loss sum (on the device: reading it waits for
+    the device, which only a checkpoint needs; a copy, as the loop goes on adding to its own) and sample
+    count over the epoch so far."""
+
+    epoch: int
+    completed_steps: int
+    num_updates: int
+    loss_sum: torch.Tensor
+    samples: int
+
+    def so_far(self) -> EpochResult:
+        """This rank's share of the epoch up to this update, as a mid-epoch checkpoint records it."""
+        return EpochResult(
+            loss=0.0,
+            samples=0,
+            seconds=0.0,
+            data_seconds=0.0,
+            steps=0,
+            skipped_updates=0,
+            completed_steps=self.completed_steps,
+            local_loss_sum=float(self.loss_sum),
+            local_samples=self.samples,
+        )
+
+
 @dataclass
 class EpochResult:
     loss: float
@@ -173,6 +201,7 @@ class EpochResult:
     completed_steps: int = 0
     local_loss_sum: float = 0.0  # this rank's share of the epoch so far, carried over a mid-epoch resume
     local_samples: int = 0
+    epoch_samples: int = 0  # every process's samples of the epoch, those before a resume included (set by the run)
 
     @property
     def images_per_second(self) -> float:
@@ -215,12 +244,15 @@ def train_one_epoch(
     start_step: int = 0,
     carried: tuple[float, int] = (0.0, 0),
     on_log: Callable[[LogPoint], None] | None = None,
+    after_update: Callable[[UpdatePoint], None] | None = None,
 ) -> tuple[EpochResult, int]:
     """Train for one epoch (or until a stop is agreed at an update boundary).
 
     ``start_step`` and ``carried`` (this rank's loss sum and sample count before
     the interruption) continue an epoch that a checkpoint interrupted, so its
-    loss still covers the whole epoch. ``on_log`` receives each log step's figures.
+    loss still covers the whole epoch. ``on_log`` receives each log step's figures;
+    ``after_update`` is told of every update but the epoch's last (whose checkpoint
+    the epoch's end writes).
     """
     model, device, accum = parts.model, parts.device, max(1, parts.grad_accum_steps)
     model.train()
@@ -269,6 +301,8 @@ def train_one_epoch(
                     LogPoint(epoch, step + 1, total_steps, start_step, num_updates, window_loss, lr, images_per_second)
                 )
             filled, window_start = 0, step + 1
+        if after_update is not None and is_update and step + 1 < total_steps:
+            after_update(UpdatePoint(epoch, step + 1, num_updates, loss_sum.clone(), samples + carried[1]))
         if stop is not None and is_update and stop.agreed(num_updates):
             interrupted = True
             break

@@ -11,6 +11,7 @@ mixup and erasing draws; instead each rank restores the entry saved for it.
 from __future__ import annotations
 
 import csv
+import math
 import time
 import zipfile
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from vtools.train.checkpoint import (
     CheckpointManager,
     native_rng,
     portable_rng,
+    recovery_files,
 )
 from vtools.train.job import RunOptions
 from vtools.train.loop import EpochResult, TrainComponents
@@ -51,6 +53,7 @@ class Position:
     step: int = 0
     num_updates: int = 0
     carried: tuple[float, int] = (0.0, 0)
+    samples_before: int = 0  # the epoch's samples every process trained before the checkpoint
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,10 @@ def _choose_run_folder(run: RunOptions, model: str, data_dir: str | None) -> Run
             return RunFolder(fresh, None, earlier_run_note(named, fresh), made=True)
         return RunFolder(named, None) if named is not None else RunFolder(_new_folder(output, stem), None, made=True)
     if named is not None:
-        if (named / LAST).is_file():
+        if has_checkpoint(named):
             return _continue(named, "")
         return RunFolder(named, None, f"--resume auto: no checkpoint in {named} yet, starting from scratch")
-    earlier = [folder for folder in output.glob(f"{stem}-*") if (folder / LAST).is_file()] if output.is_dir() else []
+    earlier = [folder for folder in output.glob(f"{stem}-*") if has_checkpoint(folder)] if output.is_dir() else []
     if not earlier:
         folder = _new_folder(output, stem)
         return RunFolder(
@@ -137,7 +140,7 @@ def _choose_run_folder(run: RunOptions, model: str, data_dir: str | None) -> Run
             f"{output}, starting from scratch in {folder}",
             made=True,
         )
-    newest = max(earlier, key=lambda folder: (folder / LAST).stat().st_mtime)
+    newest = max(earlier, key=lambda folder: max(path.stat().st_mtime for path in resumable(folder)))
     note = f"--resume auto: continuing {newest}, the newest run of {model} in {output}"
     if len(earlier) > 1:
         note += f" ({len(earlier)} have checkpoints; name one with --experiment)"
@@ -147,7 +150,7 @@ def _choose_run_folder(run: RunOptions, model: str, data_dir: str | None) -> Run
 def earlier_run_note(folder: Path, fresh: Path) -> str:
     """What a new run says of an ended run's folder that it leaves alone for ``fresh``: --resume auto is
     offered only where there is a checkpoint to continue (a run killed before its first one left none)."""
-    if (folder / LAST).is_file():
+    if has_checkpoint(folder):
         return (
             f"{folder} holds an earlier run, left as it is: this run writes to {fresh} "
             "(--resume auto would continue the earlier one)"
@@ -158,11 +161,29 @@ def earlier_run_note(folder: Path, fresh: Path) -> str:
     )
 
 
+def resumable(folder: Path) -> list[Path]:
+    """The checkpoints ``--resume auto`` may continue a run folder from: last.pth.tar and the recovery
+    checkpoints (the numbered ones only stand in for a damaged last)."""
+    return [path for path in (folder / LAST, *recovery_files(folder)) if path.is_file()]
+
+
+def has_checkpoint(folder: Path) -> bool:
+    return bool(resumable(folder))
+
+
 def _continue(folder: Path, note: str) -> RunFolder:
-    """Resume ``folder`` from last.pth.tar, or, when that file is damaged, from the newest intact
-    numbered checkpoint (saying so)."""
-    if is_intact(folder / LAST):
-        return RunFolder(folder, folder / LAST, note)
+    """Resume ``folder`` from its newest intact checkpoint: last.pth.tar or a recovery checkpoint written
+    after it (by modification time: each is renamed into place once whole, one at a time); when none of
+    them is intact, from the newest intact numbered checkpoint (saying so)."""
+    candidates = resumable(folder)
+    intact = [path for path in candidates if is_intact(path)]
+    if intact:
+        newest = max(intact, key=lambda path: path.stat().st_mtime_ns)
+        if len(intact) < len(candidates):
+            damaged = ", ".join(path.name for path in candidates if path not in intact)
+            skipped = f"--resume auto: skipping the damaged {damaged}; continuing from {newest.name}"
+            note = f"{note}; {skipped}" if note else skipped
+        return RunFolder(folder, newest, note)
     numbered = sorted(
         ((int(m.group(1)), path) for path in folder.glob("checkpoint-*.pth.tar") if (m := NUMBERED.match(path.name))),
         reverse=True,
@@ -171,7 +192,7 @@ def _continue(folder: Path, note: str) -> RunFolder:
         if is_intact(path):
             fallback = f"--resume auto: {folder / LAST} is damaged; continuing from {path.name}"
             return RunFolder(folder, path, f"{note}; {fallback}" if note else fallback)
-    return RunFolder(folder, folder / LAST, note)  # nothing intact: loading it names the damage
+    return RunFolder(folder, candidates[0] if candidates else folder / LAST, note)  # loading it names the damage
 
 
 def is_intact(path: Path) -> bool:
@@ -317,31 +338,43 @@ def restore(
     per_step = batch_size * dist_info.world_size
     step = int(state["samples_in_epoch"]) // per_step if "samples_in_epoch" in state else int(state["step_in_epoch"])
     carried = (float(mine.get("train_loss_sum", 0.0)), int(mine.get("train_samples", 0))) if step else (0.0, 0)
-    position = Position(int(state["epoch"]), step, int(state.get("num_updates", 0)), carried)
+    before = int(state.get("samples_in_epoch", step * per_step))
+    position = Position(int(state["epoch"]), step, int(state.get("num_updates", 0)), carried, before)
     return position, note
 
 
+GLOBAL_BATCH_PARTS = frozenset({"grad_accum_steps"})  # compared as a factor of the global batch
+
+
 def experiment_changes(
-    state: dict[str, Any], options: SavedOptions, classes: list[str], train_samples: int, world_size: int
+    state: dict[str, Any],
+    options: SavedOptions,
+    classes: list[str],
+    train_samples: int,
+    world_size: int,
+    batch_may_change: bool = False,
 ) -> list[str]:
     """What this command line changes in the experiment a checkpoint continues: options (but those the flags
     declare changeable: where things go, how fast they run, how much is logged; --epochs, which is noted;
-    --batch-size when the global batch stays the same, the position being kept in samples), the global
-    batch, the class names and the training set's size. Empty when the resume continues the same run."""
+    --batch-size and --grad-accum-steps when the global batch stays the same, the position being kept in
+    samples), the global batch (unless ``batch_may_change``: an elastic restart says it instead), the class
+    names and the training set's size. Empty when the resume continues the same run."""
     saved, now = state.get("args") or {}, options.values
     changes = [
         f"--{key.replace('_', '-')} {_shown(value)} -> {_shown(now[key])}"
         for key, value in sorted(saved.items())
-        if key not in options.may_change and key in now and _plain(now[key]) != _plain(value)
+        if key not in options.may_change | GLOBAL_BATCH_PARTS and key in now and _plain(now[key]) != _plain(value)
     ]
-    if "batch_size" in saved and "world_size" in state:
-        before = saved["batch_size"] * state["world_size"]
-        batch_size = now["batch_size"]
-        if before != batch_size * world_size:
-            changes.append(
-                f"global batch (--batch-size x processes) {saved['batch_size']} x {state['world_size']} -> "
-                f"{batch_size} x {world_size}"
-            )
+    if "batch_size" in saved and "world_size" in state and not batch_may_change:
+        layouts = [
+            (saved["batch_size"], state["world_size"], saved.get("grad_accum_steps", 1)),
+            (now["batch_size"], world_size, now.get("grad_accum_steps", 1)),
+        ]
+        if math.prod(layouts[0]) != math.prod(layouts[1]):
+            accumulates = any(layout[2] != 1 for layout in layouts)
+            shown = [" x ".join(map(str, layout if accumulates else layout[:2])) for layout in layouts]
+            parts = "--batch-size x processes" + (" x --grad-accum-steps" if accumulates else "")
+            changes.append(f"global batch ({parts}) {shown[0]} -> {shown[1]}")
     saved_classes = state.get("class_names")
     if saved_classes and list(saved_classes) != list(classes):
         differ = [f"{a} -> {b}" for a, b in zip(saved_classes, classes) if a != b][:3]
@@ -350,6 +383,24 @@ def experiment_changes(
     if state.get("train_samples") not in (None, train_samples):
         changes.append(f"training images {state['train_samples']} -> {train_samples}")
     return changes
+
+
+def global_batch(state: dict[str, Any]) -> int | None:
+    """The global batch a checkpoint was trained with (per-process batch x processes x accumulation)."""
+    saved = state.get("args") or {}
+    if "batch_size" not in saved or "world_size" not in state:
+        return None
+    return int(saved["batch_size"]) * int(state["world_size"]) * int(saved.get("grad_accum_steps") or 1)
+
+
+def accumulation_keeping(state: dict[str, Any], batch_size: int, world_size: int, accum: int) -> int | None:
+    """The --grad-accum-steps with which ``world_size`` processes of ``batch_size`` keep the checkpoint's
+    global batch; None when it is kept already or no whole number of steps keeps it."""
+    before = global_batch(state)
+    per_update = batch_size * world_size
+    if before is None or before == per_update * accum or before % per_update:
+        return None
+    return before // per_update
 
 
 def _plain(value: Any) -> Any:

@@ -28,6 +28,7 @@ from vtools.models.create import create_model
 from vtools.models.prepare import unwrap
 from vtools.outputs import Output, prove_writable
 from vtools.runtime import device as dev
+from vtools.runtime.attempt_store import under_agent_store
 from vtools.runtime.distributed import DistInfo
 from vtools.runtime.resolve import Runtime
 from vtools.train import recipe
@@ -42,13 +43,16 @@ from vtools.train.assemble import (
 )
 from vtools.train.checkpoint import CheckpointManager, load_training_state
 from vtools.train.job import ModelOptions, TrainJob
-from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, train_one_epoch
+from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, UpdatePoint, train_one_epoch
+from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule
 from vtools.train.resume import (
     Position,
     RunFolder,
     SavedOptions,
+    accumulation_keeping,
     carry_best_checkpoint,
     experiment_changes,
+    global_batch,
     read_summary,
     restore,
     start_at_epoch,
@@ -145,6 +149,7 @@ class TrainingRun:
     num_updates: int = 0
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
     clock: RunClock | None = None
+    recovery: RecoverySchedule | None = None  # --recovery-interval (None: off)
 
     @property
     def resumed(self) -> bool:
@@ -171,6 +176,8 @@ class TrainingRun:
             self.validates,
             first=(self.position.epoch, self.position.step),
         )
+        if self.recovery is not None:
+            self.recovery.restart_clock()
 
     def train_epoch(
         self,
@@ -201,8 +208,10 @@ class TrainingRun:
             show_progress=self.dist_info.is_main,
             start_step=first_step,
             carried=self.position.carried if resuming else (0.0, 0),
-            on_log=on_log,
+            on_log=self.marking_progress(on_log),
+            after_update=self.save_recovery if self.recovery is not None else None,
         )
+        result.epoch_samples = (self.position.samples_before if resuming else 0) + result.samples
         self.clock.epoch_trained(result.seconds, result.steps)
         if not result.interrupted:
             share_batchnorm_statistics(
@@ -235,6 +244,34 @@ class TrainingRun:
     def stopped_within(self, epoch: int, result: EpochResult, metrics: EvalResult | None) -> bool:
         """Whether a signal stopped the epoch mid-training or mid-validation."""
         return result.interrupted or (self.validates(epoch) and metrics is None)
+
+    def marking_progress(self, on_log: Callable[[LogPoint], None] | None) -> Callable[[LogPoint], None] | None:
+        """``on_log``, and with recovery checkpoints on, rank 0 notes the log step's update count first
+        (:class:`~vtools.train.recovery.ProgressMark`)."""
+        if self.recovery is None or not self.dist_info.is_main:
+            return on_log
+        mark = ProgressMark(self.claim.folder)
+
+        def log(point: LogPoint) -> None:
+            path = self.claim.folder / PROGRESS_NAME
+            if self.claim.owns(PROGRESS_NAME):  # never over a file of the user's
+                self.claim.wrote(path, created=not path.exists())
+                mark.write(point.epoch, point.step, point.num_updates)
+            if on_log is not None:
+                on_log(point)
+
+        return log
+
+    def save_recovery(self, point: UpdatePoint) -> None:
+        """After an update: a recovery checkpoint when the schedule says one is due (every rank gathers its
+        random streams into it; rank 0 writes it in the background)."""
+        if not self.recovery.due(point.num_updates):
+            return
+        where = Position(point.epoch, point.completed_steps, point.num_updates)
+        state = self.checkpoint_state(where, point.so_far())
+        if self.dist_info.is_main:
+            self.manager.save_recovery(state, point.epoch, point.completed_steps)
+        self.recovery.restart_clock()
 
     def save_interrupted(self, epoch: int, result: EpochResult, stop: StopRequest) -> Path | None:
         """A resumable checkpoint at the step the stop came after (its path on rank 0; every rank must
@@ -317,8 +354,9 @@ def set_up(
     job = replace(job, data=replace(job.data, batch_size=batch_size))  # before the resume compares the batch
     saved = replace(saved, values={**saved.values, "batch_size": batch_size})
     if resume_state is not None:
+        job, saved, elastic = keep_global_batch(job, saved, resume_state, dist_info, say)
         check_same_experiment(
-            resume_state, folder.resume, saved, job.optim.epochs, data.classes, len(data.train), dist_info, say
+            resume_state, folder.resume, saved, job.optim.epochs, data.classes, len(data.train), dist_info, say, elastic
         )
     model = build_model(job.model, data.num_classes, device, runtime.model_dtype)
     loaders = build_loaders(
@@ -332,6 +370,7 @@ def set_up(
         keep=job.run.checkpoint_hist,
         higher_is_better=job.run.eval_metric != "loss",
         on_write=lambda path: claim.wrote(path, created=not path.exists(), keep=True),
+        keep_recovery=job.run.recovery_keep,
     )
     position = resume_position(job, resume_state, folder, parts, manager, loaders, dist_info, say)
     wrap_for_speed(parts, job.model, job.distributed, device, dist_info)
@@ -352,7 +391,14 @@ def set_up(
         checkpoint_state=checkpoint_recorder(saved.values, parts, data, loaders, dist_info),
         empty_model=lambda: architecture(job.model, data.num_classes),
         resume_path=folder.resume,
+        recovery=RecoverySchedule.of(job.run.recovery_interval, stop_check_every(job, dist_info), device),
     )
+
+
+def stop_check_every(job: TrainJob, dist_info: DistInfo) -> int:
+    """How many updates pass between the ranks' agreements (on a stop signal, on a time-form recovery
+    checkpoint): every update for one process, every log step under torchrun."""
+    return job.logging.log_interval if dist_info.enabled else 1
 
 
 def resume_position(
@@ -379,6 +425,7 @@ def resume_position(
             job.data.batch_size,
             resume_optimizer=not job.run.no_resume_opt,
         )
+        note += ProgressMark(folder.resume.parent).redone_note(position.num_updates)
         say(f"resumed from {folder.resume} at epoch {position.epoch}, step {position.step}{note}")
     if job.run.start_epoch is not None:
         updates_per_epoch = loaders.updates_per_epoch(job.optim.grad_accum_steps)
@@ -440,6 +487,29 @@ def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int
         )
 
 
+def keep_global_batch(
+    job: TrainJob, saved: SavedOptions, state: dict[str, Any], dist_info: DistInfo, say: Say
+) -> tuple[TrainJob, SavedOptions, bool]:
+    """A torchrun job continued with --resume auto on another number of processes (an elastic membership
+    change, a restart on fewer nodes) keeps its global batch by accumulating more (or fewer) steps per
+    update, and says so; where no whole number of steps keeps it, it goes on with the new global batch
+    and says that. Returns the job, its options as checkpoints record them, and whether the global batch
+    may differ from the checkpoint's (an elastic change). Any other resume is compared as it is."""
+    if job.run.resume != "auto" or not under_agent_store() or state.get("world_size") in (None, dist_info.world_size):
+        return job, saved, False
+    before, accum = global_batch(state), job.optim.grad_accum_steps
+    kept = accumulation_keeping(state, job.data.batch_size, dist_info.world_size, accum)
+    change = f"torchrun continues the run on {dist_info.world_size} process(es) instead of {state['world_size']}"
+    if kept is not None:
+        say(f"{change}: --grad-accum-steps {accum} -> {kept} keeps its global batch of {before}")
+        job = replace(job, optim=replace(job.optim, grad_accum_steps=kept))
+        return job, replace(saved, values={**saved.values, "grad_accum_steps": kept}), True
+    now = job.data.batch_size * dist_info.world_size * accum
+    if now != before:
+        say(f"{change}: the global batch is {now} (it was {before}; no whole --grad-accum-steps keeps it)")
+    return job, saved, True
+
+
 def check_same_experiment(
     state: dict[str, Any],
     path: Path,
@@ -449,10 +519,12 @@ def check_same_experiment(
     train_samples: int,
     dist_info: DistInfo,
     say: Say,
+    elastic: bool = False,
 ) -> None:
     """A resume continues the checkpoint's experiment or stops in one line naming what differs: what the
-    start line, config.yaml and summary.csv show must be what the resumed run uses."""
-    changes = experiment_changes(state, options, classes, train_samples, dist_info.world_size)
+    start line, config.yaml and summary.csv show must be what the resumed run uses (an elastic change of
+    the process count has said its change of global batch already)."""
+    changes = experiment_changes(state, options, classes, train_samples, dist_info.world_size, elastic)
     if changes:
         raise UsageError(
             f"--resume {path}: this command line changes the run it continues ({'; '.join(changes)}); resume "

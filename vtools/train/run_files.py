@@ -69,7 +69,8 @@ def write_run_config(config_text: str, claim: FolderClaim, say: Callable[[str], 
 def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:
     """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips. Speed and
     data wait are this process's measurement (a resumed epoch's: its resumed part's), empty where it
-    trained none of the epoch (stopped after the epoch's last step, resumed for its validation)."""
+    trained none of the epoch (stopped after the epoch's last step, resumed for its validation).
+    ``train_samples`` counts the epoch's samples over every process, those trained before a resume too."""
     evaluated, timed = metrics is not None, result.steps > 0
     return {
         "epoch": epoch,
@@ -83,6 +84,7 @@ def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr:
         "data_wait": round(result.data_wait, 4) if timed else "",
         "skipped_updates": result.skipped_updates,
         "eval_samples": metrics.count if evaluated else "",
+        "train_samples": result.epoch_samples,
     }
 
 
