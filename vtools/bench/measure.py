@@ -22,7 +22,7 @@ from vtools.bench.onepass import SCHEDULE_FLAGS
 from vtools.bench.options import BenchOptions
 from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
 
-TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader")
+TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader", "recovery")
 
 
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -92,6 +92,10 @@ def measure(task: str, mode: str, source: str, options: BenchOptions) -> dict[st
         from vtools.bench.onepass import measure_model_epoch
 
         return measure_model_epoch(options)
+    if task == "recovery":  # the three ways in one process, alternated: a list of three rows
+        from vtools.bench.recovery import measure_recovery
+
+        return measure_recovery(options, process_age)
     if task == "host-train":  # both loaders in one process, alternated: a list of two rows
         from vtools.bench.loader_ceiling import measure_host_items
 
@@ -435,6 +439,9 @@ def _measurements(options: BenchOptions) -> list[tuple[str, str, str]]:
             kinds = ("loader-train", "loader-val")
             plan += [(kind, mode, "folder") for kind in kinds for mode in ("vtools", "baseline")]
             plan.append(("host-train", "both", "folder"))
+            continue
+        if task == "recovery":
+            plan.append((task, "ways", "synthetic"))
             continue
         if task == "decode":
             plan += [(task, "vtools", "folder")] + (

@@ -83,7 +83,7 @@ def _model_seconds(options: BenchOptions, channels_last: bool, steps: int, val_b
     train_source, val_source, _ = assemble.build_datasets(job.data)
     loaders = assemble.build_loaders(job, model, train_source, val_source, device, DistInfo(), 0)
     parts, _, _ = assemble.build_components(job, model, loaders, 10, device, amp, DistInfo())
-    batch = _resident_batch(device, channels_last)
+    batch = resident_batch(device, channels_last)
     start = time.perf_counter()
     train_one_epoch(parts, Repeated(batch, steps), 0, 0, steps, show_progress=False)
     if val_batches:
@@ -105,17 +105,18 @@ class Repeated:
         return (self.batch for _ in range(self.times))
 
 
-def _resident_batch(device: Any, channels_last: bool) -> Any:
+def resident_batch(device: Any, channels_last: bool, batch_size: int = 128, size: int = 32) -> Any:
+    """A fixed random batch of ``batch_size`` images of ``size`` px, already on the device."""
     import torch
 
     from vtools.data.loaders import Batch
 
     generator = torch.Generator().manual_seed(0)
-    images = torch.randn(128, 3, 32, 32, generator=generator).to(device)
+    images = torch.randn(batch_size, 3, size, size, generator=generator).to(device)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
-    targets = torch.randint(0, 10, (128,), generator=generator).to(device)
-    return Batch(images, targets, torch.arange(128))
+    targets = torch.randint(0, 10, (batch_size,), generator=generator).to(device)
+    return Batch(images, targets, torch.arange(batch_size))
 
 
 def run_commands(options: BenchOptions, folder: Any) -> dict[str, list[str]]:

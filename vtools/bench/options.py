@@ -34,8 +34,10 @@ class BenchOptions:
     amp_dtype: str
     channels_last: bool
     recipe_epochs: int
-    repeats: int  # recipe and onepass: whole runs alternated this many times, the median reported
+    repeats: int  # recipe, onepass, recovery: runs (or stretches) alternated this many times, the median reported
     timm_train: str  # onepass: timm's own train.py as the reference; '' for the plain loop
+    recovery_every: int  # recovery: updates between recovery checkpoints
+    recovery_slow_disk: float  # recovery: the throttled writer's speed, MB/s
     stores: str  # the converted copies of the images, made by the parent process
 
 

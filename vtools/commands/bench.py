@@ -24,6 +24,11 @@ as fast as the host makes them, no model, through train.py's loaders and through
 timm's ``create_loader``, for the training and the validation transforms, on
 ImageNet-sized JPEGs (``--photos``) or on ``--data``.
 
+The ``recovery`` task measures what recovery checkpoints cost a training step:
+train.py's loop on one resident batch with none, with one every ``--recovery-every``
+updates, and with those written to a throttled (slow) disk, alternated; and the
+seconds of work a fault still loses (vtools/bench/recovery.py).
+
 ``--sources`` runs the ``vtools`` mode on the same images stored as a folder,
 as tar shards (``wds``) and as parquet (``parquet``), converted once for the
 run. The ``decode`` task measures one core decoding and transforming images
@@ -84,7 +89,8 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
         choices=TASKS,
         help="(default: train validate inference recipe; recipe: whole train.py runs against a "
         "plain timm-style loop; onepass: one epoch over the whole folder against timm's way; loader: "
-        "the loader ceiling, no model; decode: one core decoding, no model)",
+        "the loader ceiling, no model; decode: one core decoding, no model; recovery: step time with recovery "
+        "checkpoints against none)",
     )
     parser.add_argument(
         "--sources",
@@ -133,7 +139,8 @@ def _add_task_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="recipe and onepass tasks: alternate the two runs N times and report the median (default: 1)",
+        help="recipe and onepass tasks: alternate the two runs N times and report the median; recovery: "
+        "the stretches of --steps updates per way (default: 1)",
     )
     parser.add_argument(
         "--timm-train",
@@ -141,6 +148,20 @@ def _add_task_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="onepass task: timm's own train.py (from a checkout of timm's scripts) as the reference; "
         "default: the plain timm-style loop",
+    )
+    parser.add_argument(
+        "--recovery-every",
+        type=int,
+        default=50,
+        metavar="N",
+        help="recovery task: updates between recovery checkpoints (default: 50; --steps must be a multiple)",
+    )
+    parser.add_argument(
+        "--recovery-slow-disk",
+        type=float,
+        default=10.0,
+        metavar="MB_PER_S",
+        help="recovery task: the speed of the throttled writer (the slow disk), MB/s (default: 10)",
     )
     parser.add_argument(
         "--photos",
@@ -172,6 +193,29 @@ COLUMNS = [
     "channels_last",
 ]
 
+# the recovery task's own table: what the checkpoints cost per update, per checkpoint and per fault
+RECOVERY_COLUMNS = [
+    "task",
+    "mode",
+    "model",
+    "batch_size",
+    "img_size",
+    "interval",
+    "updates",
+    "checkpoints",
+    "step_ms",
+    "overhead_pct",
+    "cpu_cost_pct",
+    "state_mb",
+    "copy_s",
+    "wait_s",
+    "write_s",
+    "write_cpu_s",
+    "overhead_s_per_checkpoint",
+    "disk_mbps",
+    "lost_per_fault_s",
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[2:] if argv is None else argv)
@@ -190,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows = _measure_all(args, options, argv)
     add_ratios(rows)
-    print(format_table(rows, COLUMNS))
+    others = [row for row in rows if row["task"] != "recovery"]
+    recovery = [row for row in rows if row["task"] == "recovery"]  # its own figures: its own table
+    if others or not recovery:
+        print(format_table(others, COLUMNS))
+    if recovery:
+        print(format_table(recovery, RECOVERY_COLUMNS))
     if args.output:
         write_rows(args.output, rows, "json" if args.output.endswith(".json") else "csv")
         print(f"written to {args.output}")
@@ -205,6 +254,16 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag in ("steps", "batch_size", "recipe_epochs", "repeats"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
+    if "recovery" in args.tasks:
+        if args.recovery_every < 2:
+            raise UsageError(f"--recovery-every must be 2 or more, got {args.recovery_every}")
+        if args.steps % args.recovery_every:
+            raise UsageError(
+                f"--steps {args.steps} must be a multiple of --recovery-every {args.recovery_every} for the "
+                "recovery task (each way trains whole intervals in turn)"
+            )
+        if args.recovery_slow_disk <= 0:
+            raise UsageError(f"--recovery-slow-disk must be above 0 MB/s, got {args.recovery_slow_disk:g}")
 
 
 def _measure_all(args: argparse.Namespace, options: BenchOptions, argv: list[str]) -> list[dict]:

@@ -15,14 +15,19 @@ already agree on a stop signal.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from vtools.atomic import atomic_write_text
 from vtools.cli.flag_values import interval_seconds
 from vtools.runtime.distributed import any_rank
+from vtools.train.checkpoint import CheckpointManager
+from vtools.train.loop import EpochResult, UpdatePoint
+from vtools.train.resume import Position
 
 
 @dataclass
@@ -59,6 +64,27 @@ class RecoverySchedule:
         if self.every_seconds is None:
             return f"every {self.every_updates} updates"
         return f"every {self.every_seconds:g} s of training"
+
+
+def recovery_saver(
+    schedule: RecoverySchedule,
+    record: Callable[[Position, EpochResult], dict[str, Any] | None],
+    manager: CheckpointManager,
+    is_main: bool,
+) -> Callable[[UpdatePoint], None]:
+    """``train_one_epoch``'s ``after_update``: a recovery checkpoint when ``schedule`` says one is due.
+    Every rank records the state (``record``: its random streams are gathered into it); rank 0 (``is_main``)
+    writes it in the background."""
+
+    def save(point: UpdatePoint) -> None:
+        if not schedule.due(point.num_updates):
+            return
+        state = record(Position(point.epoch, point.completed_steps, point.num_updates), point.so_far())
+        if is_main:
+            manager.save_recovery(state, point.epoch, point.completed_steps)
+        schedule.restart_clock()
+
+    return save
 
 
 PROGRESS_NAME = ".vtools-progress"

@@ -44,7 +44,7 @@ from vtools.train.assemble import (
 from vtools.train.checkpoint import CheckpointManager, load_training_state
 from vtools.train.job import ModelOptions, TrainJob
 from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, UpdatePoint, train_one_epoch
-from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule
+from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule, recovery_saver
 from vtools.train.resume import (
     Position,
     RunFolder,
@@ -209,7 +209,7 @@ class TrainingRun:
             start_step=first_step,
             carried=self.position.carried if resuming else (0.0, 0),
             on_log=self.marking_progress(on_log),
-            after_update=self.save_recovery if self.recovery is not None else None,
+            after_update=self.recovery_saver(),
         )
         result.epoch_samples = (self.position.samples_before if resuming else 0) + result.samples
         self.clock.epoch_trained(result.seconds, result.steps)
@@ -245,6 +245,12 @@ class TrainingRun:
         """Whether a signal stopped the epoch mid-training or mid-validation."""
         return result.interrupted or (self.validates(epoch) and metrics is None)
 
+    def recovery_saver(self) -> Callable[[UpdatePoint], None] | None:
+        """What takes the run's recovery checkpoints after an update (None without --recovery-interval)."""
+        if self.recovery is None:
+            return None
+        return recovery_saver(self.recovery, self.checkpoint_state, self.manager, self.dist_info.is_main)
+
     def marking_progress(self, on_log: Callable[[LogPoint], None] | None) -> Callable[[LogPoint], None] | None:
         """``on_log``, and with recovery checkpoints on, rank 0 notes the log step's update count first
         (:class:`~vtools.train.recovery.ProgressMark`)."""
@@ -261,17 +267,6 @@ class TrainingRun:
                 on_log(point)
 
         return log
-
-    def save_recovery(self, point: UpdatePoint) -> None:
-        """After an update: a recovery checkpoint when the schedule says one is due (every rank gathers its
-        random streams into it; rank 0 writes it in the background)."""
-        if not self.recovery.due(point.num_updates):
-            return
-        where = Position(point.epoch, point.completed_steps, point.num_updates)
-        state = self.checkpoint_state(where, point.so_far())
-        if self.dist_info.is_main:
-            self.manager.save_recovery(state, point.epoch, point.completed_steps)
-        self.recovery.restart_clock()
 
     def save_interrupted(self, epoch: int, result: EpochResult, stop: StopRequest) -> Path | None:
         """A resumable checkpoint at the step the stop came after (its path on rank 0; every rank must
