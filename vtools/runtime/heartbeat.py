@@ -106,6 +106,9 @@ class StoreCall:
         self._error: BaseException | None = None
         threading.Thread(target=self._run, name="vtools-heartbeat-store", daemon=True).start()
 
+    def _end_process(self, ending: Ending) -> None:
+        end_process(ending, self._stderr_fd)
+
     def _run(self) -> None:
         try:
             self._value = self._work()
@@ -155,7 +158,8 @@ class Heartbeat:
         self.store, self.rank, self.world_size, self.timeout = store, rank, world_size, timeout
         self.period = beat_period(timeout)
         self.watched = (rank + 1) % world_size
-        self.clock, self.end = clock, end or end_process
+        self.clock, self.end = clock, end or self._end_process
+        self._stderr_fd = 2  # the run's stderr as it was when the heartbeat started (see __enter__)
         self.host, self.pid = host or socket.gethostname(), pid or os.getpid()
         self._position: tuple[int, int] | None = None
         self._count = 0
@@ -245,6 +249,9 @@ class Heartbeat:
         )
         return Ending(line)
 
+    def _end_process(self, ending: Ending) -> None:
+        end_process(ending, self._stderr_fd)
+
     def _run(self) -> None:
         while True:
             ending = self.beat()
@@ -256,6 +263,9 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         global _active
+        # the stderr of now: a tee the run puts on descriptor 2 later forwards through a thread, which
+        # the os._exit that ends a stopped job would not wait for (the line naming the rank would be lost)
+        self._stderr_fd = os.dup(2)
         self._thread = threading.Thread(target=self._run, name="vtools-heartbeat", daemon=True)
         self._thread.start()
         _active = self
@@ -271,6 +281,9 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=store_op_timeout(self.timeout) * 3 + self.period)
+        if self._stderr_fd != 2 and (self._thread is None or not self._thread.is_alive()):
+            os.close(self._stderr_fd)
+            self._stderr_fd = 2
         if self._pending is None or self._pending.finished():  # the store answers: say so there
             StoreCall(lambda: self._publish(left=True)).result_or_none(store_op_timeout(self.timeout))
 
@@ -316,12 +329,13 @@ def rank_heartbeat(rank: int, world_size: int, timeout: float) -> AbstractContex
     return Heartbeat(rendezvous_store(timeout, str(namespace[0])), rank, world_size, timeout)
 
 
-def end_process(ending: Ending) -> NoReturn:
+def end_process(ending: Ending, stderr_fd: int = 2) -> NoReturn:
     """Print the ending's line, kill the stopped sibling, and leave at once: the main thread may be blocked
     in a collective that would never return, so no cleanup of its can run."""
     if ending.line:
         prog = os.path.basename(sys.argv[0] or "vtools")
-        print(f"{prog}: error: {ending.line}", file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        os.write(stderr_fd, f"{prog}: error: {ending.line}\n".encode(errors="backslashreplace"))
     if ending.stuck_pid is not None:
         kill_stopped_sibling(ending.stuck_pid)
     for stream in (sys.stdout, sys.stderr):
