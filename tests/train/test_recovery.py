@@ -128,3 +128,17 @@ def test_the_progress_mark_says_how_many_updates_a_resume_trains_again(tmp_path:
     assert mark.redone_note(17) == "" and mark.redone_note(20) == ""
     (tmp_path / PROGRESS_NAME).write_text("not a mark")
     assert mark.updates_reached() is None
+
+
+def test_only_recovery_checkpoints_a_run_wrote_are_pruned(tmp_path: Path) -> None:
+    """A recovery-*.pth.tar a user put in the folder is not the run's to delete, however old."""
+    foreign = tmp_path / "recovery-0-1.pth.tar"
+    torch.save(_state(0.0), foreign)
+    written: set[str] = set()
+    manager = CheckpointManager(
+        tmp_path, keep_recovery=1, on_write=lambda path: written.add(path.name), wrote_here=written.__contains__
+    )
+    for step in (3, 6):
+        manager.save_recovery(_state(float(step)), 0, step)
+    manager.wait()
+    assert [path.name for path in recovery_files(tmp_path)] == ["recovery-0-1.pth.tar", "recovery-0-6.pth.tar"]

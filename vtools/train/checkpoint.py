@@ -119,6 +119,7 @@ class CheckpointManager:
     best_epoch: int | None = None
     on_write: Callable[[Path], None] = field(default=lambda path: None, repr=False)  # told before each write
     keep_recovery: int = 2
+    wrote_here: Callable[[str], bool] = field(default=lambda name: True, repr=False)  # a vtools run wrote it
     recovery: RecoveryStats = field(default_factory=lambda: RecoveryStats())
     _writer: threading.Thread | None = field(default=None, repr=False)
     _failure: BaseException | None = field(default=None, repr=False)
@@ -161,7 +162,8 @@ class CheckpointManager:
     def _write_recovery(self, state: dict[str, Any], name: str) -> None:
         try:
             atomic_write(self._claim(name), lambda stream: torch.save(state, stream))
-            for stale in recovery_files(self.folder)[: -max(1, self.keep_recovery)]:
+            ours = [path for path in recovery_files(self.folder) if self.wrote_here(path.name)]
+            for stale in ours[: -max(1, self.keep_recovery)]:
                 stale.unlink(missing_ok=True)
         except BaseException as err:  # handed to the main thread by wait()
             self._failure = err

@@ -366,6 +366,7 @@ def set_up(
         higher_is_better=job.run.eval_metric != "loss",
         on_write=lambda path: claim.wrote(path, created=not path.exists(), keep=True),
         keep_recovery=job.run.recovery_keep,
+        wrote_here=lambda name: name in claim.ledger,  # never prune a file a run did not write
     )
     position = resume_position(job, resume_state, folder, parts, manager, loaders, dist_info, say)
     wrap_for_speed(parts, job.model, job.distributed, device, dist_info)
