@@ -41,7 +41,7 @@ def test_every_store_is_a_sample_store_with_the_defaults() -> None:
     for store in stores:
         assert SampleStore in type(store).__mro__  # named as the base: the defaults come from it
     files, shards, table, torchvision = stores
-    assert (files.labels, files.paths, files.own_names) == ([0, 1], ["a.png", "b.png"], True)
+    assert (files.labels.tolist(), list(files.paths), files.own_names) == ([0, 1], ["a.png", "b.png"], True)
     assert (shards.labels, shards.paths, shards.own_names) == (None, (), True)
     assert (table.labels, table.paths, table.own_names) == (None, (), True)
     assert (torchvision.labels, torchvision.paths, torchvision.own_names) == (None, (), False)  # not the set's own

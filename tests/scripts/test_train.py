@@ -470,7 +470,7 @@ def _has_all_bad_batch(root: Path, batch_size: int, seed: int = 42) -> bool:
     from vtools.data.readers.folder import labelled_images
     from vtools.data.sampling import EpochSampler
 
-    paths = labelled_images(root / "train").entries.paths
+    paths = [Path(path) for path in labelled_images(root / "train").entries.paths]
     sampler = EpochSampler(len(paths), seed)
     sampler.set_epoch(0)
     order = [paths[index] for _, index in sampler]

@@ -20,7 +20,7 @@ from vtools.cli.typed import typed_options
 from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.readers.folder import find_image_entries, read_class_map
 from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest, open_source
-from vtools.data.readers.scan import ImageEntries
+from vtools.data.readers.scan import EntryList
 from vtools.errors import UsageError
 from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.loops import predict
@@ -100,17 +100,16 @@ def folder_images(source: str, class_map_file: str) -> FileSamples:
     if not Path(source).is_dir():
         raise UsageError(f"--class-map selects the class folders of a folder SOURCE; {source} is not a folder")
     names = read_class_map(class_map_file)
-    root = Path(source)
-    kept = ImageEntries()
+    kept = EntryList()
     for index, path in enumerate(found.paths):
-        if (path.parent.name if path.parent != root else "") in names:
+        if os.path.basename(os.path.dirname(os.path.relpath(path, source))) in names:
             kept.add(path, found.unreadable.get(index))
-    if not kept.paths:
+    if not kept.names:
         raise UsageError(
             f"--class-map {class_map_file}: none of the folders under {source} holding images is among its "
             f"{len(names)} classes"
         )
-    return FileSamples(kept.paths, unreadable=kept.unreadable)
+    return FileSamples(kept.packed().paths, unreadable=kept.unreadable)
 
 
 def check_paths(args: argparse.Namespace, source: str, results: list[Path]) -> None:

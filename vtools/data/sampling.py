@@ -76,6 +76,18 @@ def _is_bad(image: Any) -> bool:
     return isinstance(image, BadSample)
 
 
+class CompactPermutation(DistributedSampler):
+    """DistributedSampler's order (shuffled, the last partial round dropped), held as a tensor of the
+    epoch's permutation instead of the list of Python ints it builds (36 bytes an index, 10 MB for
+    300 000 images, twice while it slices); same seed, same sizes, same indices."""
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        permutation = torch.randperm(len(self.dataset), generator=generator)  # type: ignore[arg-type]
+        return map(int, permutation[: self.total_size][self.rank : self.total_size : self.num_replicas].numpy())
+
+
 class EpochSampler(Sampler[tuple[int, ...]]):
     """Seeded shuffling (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch.
 
@@ -99,7 +111,7 @@ class EpochSampler(Sampler[tuple[int, ...]]):
                 range(length), num_replicas=world_size, rank=rank, shuffle=True, num_repeats=repeats
             )
         else:
-            self.order = DistributedSampler(
+            self.order = CompactPermutation(
                 range(length), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
             )
         self.rank, self.world_size, self.repeats = rank, world_size, repeats

@@ -166,7 +166,7 @@ def convert(
             if found.entries.unreadable:  # never opened: a FIFO would block the reader
                 index, reason = min(found.entries.unreadable.items())
                 raise UsageError(f"{found.entries.paths[index]}: cannot read image ({reason}); fix or remove it")
-            paths, labels = [str(p) for p in found.entries.paths], found.labels
+            paths, labels = list(found.entries.paths), found.labels.tolist()
             if fmt == "wds":
                 info["splits"][split_name] = _write_tar_split(
                     partial, name, split_name, paths, labels, classes, folder, shard_size, max_side, workers

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from timm.utils import random_seed
 
-from vtools.data.readers.folder import eval_class_map, find_class_folders, resolve_split_dir
+from vtools.data.readers.folder import eval_class_map, resolve_split_dir
 from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.readers.split_scan import find_class_folders
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.class_report import ClassReport, build_report

@@ -161,13 +161,27 @@ def _set_threads(threads: int, interop_threads: int) -> None:
 def keep_freed_host_memory() -> bool:
     """Stop glibc from handing large freed blocks back to the system (see the module docstring);
     returns whether it applied (glibc only)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     return bool(libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)) and bool(libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES))
+
+
+def return_freed_host_memory() -> bool:
+    """Hand the memory freed so far back to the system (glibc only; returns whether it ran). For after
+    a burst of many small short-lived objects in several threads (a scan of a large folder), whose
+    freed space glibc keeps in each thread's own pool, where later steps would never reuse it."""
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
 
 
 def _ranges(cores: tuple[int, ...]) -> str:

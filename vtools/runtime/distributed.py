@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -258,6 +258,14 @@ def broadcast_from_main(value: Any) -> Any:
     return box[0]
 
 
+def computed_by_main(make: Callable[[], Any]) -> Any:
+    """``make()`` run on rank 0 only and its result sent to every rank: work that every rank needs and
+    one can do for all (listing a shared folder)."""
+    if not _active():
+        return make()
+    return broadcast_from_main(make() if dist.get_rank() == 0 else None)
+
+
 def barrier() -> None:
     """Wait for every rank (a no-op without a process group)."""
     if _active():
@@ -278,7 +286,7 @@ class ShardSampler(Sampler[int]):
     """
 
     def __init__(self, length: int, rank: int, world_size: int) -> None:
-        self.indices = list(range(rank, length, world_size))
+        self.indices = range(rank, length, world_size)  # a range, not a list: no memory per sample
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)

@@ -38,8 +38,8 @@ def test_the_folder_walk_keeps_rglobs_order_and_finds_unreadable_entries(tmp_pat
     os.mkfifo(tmp_path / "pipe.jpg")
     found = scan_folder(tmp_path)
     expected = sorted(p for p in tmp_path.rglob("*") if p.suffix in (".png", ".jpg") and not p.name.startswith("._"))
-    assert found.paths == expected
-    reasons = {found.paths[i].name: reason for i, reason in found.unreadable.items()}
+    assert [Path(path) for path in found.paths] == expected
+    reasons = {Path(found.paths[i]).name: reason for i, reason in found.unreadable.items()}
     assert reasons == {
         "gone.png": f"a link to {tmp_path / 'nowhere.png'}, which does not exist",
         "pipe.jpg": "it is a FIFO",

@@ -14,22 +14,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from timm.data import ImageNetInfo
 
 from vtools.data.decode import IMAGE_EXTENSIONS, not_a_file_reason
-from vtools.data.readers.scan import ImageEntries, has_image_entries, is_image_name, scan_folder
+from vtools.data.readers.path_table import PathTable
+from vtools.data.readers.scan import EntryList, ImageEntries, has_image_entries, is_image_name, scan_folder
+from vtools.data.readers.split_scan import scan_split
 from vtools.errors import UsageError
-
-
-def is_image(path: Path) -> bool:
-    """An image by its extension; macOS's ``._name`` resource forks (copied along by archivers) are not."""
-    return is_image_name(path.name)
 
 
 def find_images(source: str) -> list[Path]:
     """Images named by a folder (searched recursively), a glob, a text file of paths, or one image; an
     entry that cannot be read is among them (:func:`find_image_entries` says which and why)."""
-    return find_image_entries(source).paths
+    return [Path(path) for path in find_image_entries(source).paths]
 
 
 def find_image_entries(source: str) -> ImageEntries:
@@ -39,14 +37,15 @@ def find_image_entries(source: str) -> ImageEntries:
     file. A glob's matches are not stat'ed: an unreadable one is found when it is read."""
     path = Path(source).expanduser()
     if any(ch in source for ch in "*?["):
-        found = ImageEntries([Path(p) for p in sorted(glob.glob(source, recursive=True)) if is_image(Path(p))])
+        matches = [p for p in sorted(glob.glob(source, recursive=True)) if is_image_name(os.path.basename(p))]
+        found = ImageEntries(PathTable.of(matches))
         what = f"the pattern {source!r}"
     elif path.is_dir():
         found, what = scan_folder(path), f"the folder {path}"
     elif path.is_file() and path.suffix.lower() == ".txt":
         found, what = _listed_images(path), f"the list {path}"
     elif path.is_file():
-        found, what = ImageEntries([path]), str(path)
+        found, what = ImageEntries(PathTable.of([path])), str(path)
     else:
         raise UsageError(f"{source} does not exist")
     if not found.paths:
@@ -56,23 +55,13 @@ def find_image_entries(source: str) -> ImageEntries:
 
 def _listed_images(listing: Path) -> ImageEntries:
     """The paths a text file lists (relative ones from its folder); a missing one is an unreadable entry."""
-    found = ImageEntries()
+    found = EntryList()
     for line in listing.read_text(encoding="utf-8").splitlines():
         if line.strip():
             listed = Path(line.strip())
             file = listed if listed.is_absolute() else listing.parent / listed
-            found.add(file, None if file.is_file() else f"listed in {listing}, but {not_a_file_reason(file)}")
-    return found
-
-
-def find_class_folders(root: Path) -> list[str]:
-    """Class folder names of an ImageNet-style split, sorted as torchvision does."""
-    if not root.is_dir():
-        raise UsageError(f"{root} does not exist or is not a folder")
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
-    if not classes:
-        raise UsageError(f"{root} has no class folders (expected one folder per class)")
-    return classes
+            found.add(str(file), None if file.is_file() else f"listed in {listing}, but {not_a_file_reason(file)}")
+    return found.packed()
 
 
 def read_class_map(path: str | os.PathLike) -> dict[str, int]:
@@ -98,10 +87,11 @@ def imagenet_class_map(classes: Sequence[str], num_classes: int | None) -> dict[
 @dataclass
 class LabelledImages:
     """The image entries of a split's class folders (unreadable ones with their reasons), each one's
-    label, and the class names by label."""
+    label (an int32 array: 4 bytes an image, shared by forked loader workers), and the class names by
+    label."""
 
     entries: ImageEntries
-    labels: list[int]
+    labels: np.ndarray
     classes: list[str]
 
 
@@ -110,24 +100,21 @@ def labelled_images(root: Path, class_map: dict[str, int] | None = None, check_e
     sorted folder names, where an empty class folder would silently be a class (shifting the labels
     after it): it is refused. With one (labels matched by name) an empty folder changes nothing: a
     warning says so. ``check_empty=False`` leaves that to a later call that knows which applies."""
-    classes = find_class_folders(root)
+    scan = scan_split(root)
+    classes = scan.classes
     by_name = class_map is not None
     if class_map is None:
         class_map = {name: index for index, name in enumerate(classes)}
-    scanned = {name: scan_folder(root / name) for name in classes}
-    empty = [name for name in classes if not scanned[name].paths]
+    empty = [name for name, count in zip(classes, scan.counts) if not count]
     unknown = [name for name in classes if name not in class_map and name not in empty]  # empty: no labels needed
     if unknown:
         raise UsageError(f"class folder(s) {', '.join(unknown[:3])} under {root} are not in the class map")
-    found, labels = ImageEntries(), []
-    for name in classes:
-        found.extend(scanned[name])
-        labels += [class_map.get(name, -1)] * len(scanned[name].paths)
-    if not found.paths:
+    if not scan.counts or not sum(scan.counts):
         raise UsageError(f"no images found in the class folders under {root}")
     if empty and check_empty:
         _empty_class_folders(root, empty, by_name)
-    return LabelledImages(found, labels, sorted(class_map, key=class_map.get))
+    labels = np.repeat(np.array([class_map.get(name, -1) for name in classes], dtype=np.int32), scan.counts)
+    return LabelledImages(scan.entries, labels, sorted(class_map, key=class_map.get))
 
 
 def _empty_class_folders(root: Path, empty: list[str], by_name: bool) -> None:

@@ -91,8 +91,8 @@ class Source:
         """The highest label the data may hold: the largest stored one when labels are known before any
         image is read (class folders), else the last of ``classes`` (default: the source's own names)."""
         labels = self.samples.labels
-        if labels:
-            return max(labels)
+        if labels is not None and len(labels):
+            return int(max(labels))
         return len((self.classes if classes is None else classes) or []) - 1
 
 
