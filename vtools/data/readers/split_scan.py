@@ -11,6 +11,8 @@ labels it; every checkpoint of a sweep validates it again) and from every rank. 
   carry their times is the tree as it is now and is reused; one that does not is listed again. A
   folder changed within the last seconds of its scan is never trusted (its clock may tick too coarsely
   to show a second change), so a freshly written tree is always listed again;
+- with ``VTOOLS_LISTINGS`` set, a listing is saved there for later jobs and checked the same way
+  (saved_listings.py);
 - under torchrun (or srun), rank 0 lists the tree and the other ranks receive its scan (or the one-line
   error it raised) by one broadcast: N ranks cost one scan of a shared filesystem, not N.
 """
@@ -18,6 +20,7 @@ labels it; every checkpoint of a sweep validates it again) and from every rank. 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -26,6 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vtools.data.readers.path_table import PathTableBuilder
+from vtools.data.readers.saved_listings import (
+    LISTINGS_VARIABLE,
+    listing_file,
+    listings_folder,
+    load_listing,
+    save_listing,
+)
 from vtools.data.readers.scan import ImageEntries, scan_folder
 from vtools.errors import UsageError
 from vtools.runtime.cpu_budget import return_freed_host_memory
@@ -94,15 +104,38 @@ def _scan_or_refusal(root: Path) -> SplitScan | str:
 
 def _kept_or_new(root: Path) -> SplitScan:
     key = os.path.abspath(root)
-    kept = _kept.get(key)
+    kept = _kept.get(key) or _saved(root)
     if kept is not None and kept.is_current():  # the split folder's time says whether classes came or went
-        _kept.move_to_end(key)
+        _keep(key, kept)
         return kept
     scan = _new_scan(root)
+    _keep(key, scan)
+    _save(scan)
+    return scan
+
+
+def _keep(key: str, scan: SplitScan) -> None:
     _kept[key] = scan
+    _kept.move_to_end(key)
     while len(_kept) > KEPT_SCANS:
         _kept.popitem(last=False)
-    return scan
+
+
+def _saved(root: Path) -> SplitScan | None:
+    """The listing an earlier job saved under ``VTOOLS_LISTINGS`` (checked by the caller), if any."""
+    folder = listings_folder()
+    fields = load_listing(listing_file(folder, str(root)), str(root)) if folder else None
+    return SplitScan(**fields) if fields else None
+
+
+def _save(scan: SplitScan) -> None:
+    folder = listings_folder()
+    if folder is None:
+        return
+    try:
+        save_listing(listing_file(folder, scan.root), scan)
+    except OSError as err:  # the listing is a saving of time, not a result: the run goes on without it
+        print(f"warning: {LISTINGS_VARIABLE}={folder}: the listing cannot be saved ({err.strerror})", file=sys.stderr)
 
 
 def _new_scan(root: Path) -> SplitScan:
