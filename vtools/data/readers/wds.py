@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import yaml
 
 from vtools.data.datasets import SampleStore
 from vtools.data.decode import BadSample, RawSample
+from vtools.data.readers.path_table import PathTable
 from vtools.errors import UsageError
 from vtools.optional import SHARDS, optional_module
 
@@ -47,12 +49,13 @@ def require_wids(purpose: str) -> None:
 @dataclass
 class ShardTable:
     """Where each sample of one shard lies: image offset and size (-1: no image), label (:data:`NO_LABEL`:
-    none), key."""
+    none), key (in a :class:`PathTable`: one buffer, not an object per sample that every loader worker
+    would copy)."""
 
     offsets: np.ndarray
     sizes: np.ndarray
     labels: np.ndarray
-    keys: list[str]
+    keys: Sequence[str]
     file_size: int
 
 
@@ -93,7 +96,7 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
                         break
                     except (ValueError, KeyError, TypeError):
                         continue
-        return ShardTable(offsets, sizes, labels, list(groups), len(tar.mmapped_file))
+        return ShardTable(offsets, sizes, labels, PathTable.of(list(groups)), len(tar.mmapped_file))
     finally:
         tar.close()
 
