@@ -38,6 +38,9 @@ class BenchOptions:
     timm_train: str  # onepass: timm's own train.py as the reference; '' for the plain loop
     recovery_every: int  # recovery: updates between recovery checkpoints
     recovery_slow_disk: float  # recovery: the throttled writer's speed, MB/s
+    scale_sizes: str  # scale: the trees' file counts, comma-separated
+    scale_trees: str  # scale: the folder keeping the synthetic trees between runs
+    scale_dir: str  # scale: where scale.csv and scale.png go
     stores: str  # the converted copies of the images, made by the parent process
 
 

@@ -29,6 +29,11 @@ train.py's loop on one resident batch with none, with one every ``--recovery-eve
 updates, and with those written to a throttled (slow) disk, alternated; and the
 seconds of work a fault still loses (vtools/bench/recovery.py).
 
+The ``scale`` task measures how the class-folder reader's cost grows with the number of files, vtools'
+against timm's ``ImageDataset``, on synthetic trees of ``--scale-sizes`` files: scan time, index
+memory, a loader worker's private memory growth over an epoch, and train.py's and validate.py's
+time and memory to their first batch (vtools/bench/scale.py).
+
 ``--sources`` runs the ``vtools`` mode on the same images stored as a folder,
 as tar shards (``wds``) and as parquet (``parquet``), converted once for the
 run. The ``decode`` task measures one core decoding and transforming images
@@ -63,6 +68,8 @@ from vtools.bench.measure import (
 from vtools.bench.options import BenchOptions
 from vtools.cli.typed import typed_options
 
+ALL_TASKS = (*TASKS, "scale")  # scale: measured by the parent, its children started by vtools/bench/scale.py
+
 
 def build_parser() -> argparse.ArgumentParser:
     from vtools.cli.parser import OneLineParser
@@ -72,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_workload_flags(parser)
     _add_task_flags(parser)
+    _add_scale_flags(parser)
     parser.add_argument("--output", default="", help="write the table here (.csv or .json)")
     parser.add_argument("--one", nargs=3, metavar=("TASK", "MODE", "SOURCE"), help=argparse.SUPPRESS)
     parser.add_argument("--stores", default="", help=argparse.SUPPRESS)  # converted copies, made by the parent
@@ -86,11 +94,11 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
         "--tasks",
         nargs="+",
         default=list(TASKS[:4]),
-        choices=TASKS,
+        choices=ALL_TASKS,
         help="(default: train validate inference recipe; recipe: whole train.py runs against a "
         "plain timm-style loop; onepass: one epoch over the whole folder against timm's way; loader: "
         "the loader ceiling, no model; decode: one core decoding, no model; recovery: step time with recovery "
-        "checkpoints against none)",
+        "checkpoints against none; scale: the folder reader's cost as the set grows, against timm's)",
     )
     parser.add_argument(
         "--sources",
@@ -140,7 +148,8 @@ def _add_task_flags(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="recipe and onepass tasks: alternate the two runs N times and report the median; recovery: "
-        "the stretches of --steps updates per way (default: 1)",
+        "the stretches of --steps updates per way; scale: the alternations of the two readers and of the scripts "
+        "per size (default: 1)",
     )
     parser.add_argument(
         "--timm-train",
@@ -170,6 +179,30 @@ def _add_task_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="loader task: N ImageNet-sized JPEGs per split cut from the photos the installed scikit-learn "
         "and matplotlib wheels ship (default: 512); 0: the images of --data",
+    )
+
+
+def _add_scale_flags(parser: argparse.ArgumentParser) -> None:
+    """The scale task's trees: their sizes, where they are kept, where the table and plot go."""
+    parser.add_argument(
+        "--scale-sizes",
+        default="10000,100000,300000",
+        metavar="N,N,...",
+        help="scale task: the trees' file counts, comma-separated (default: 10000,100000,300000; ImageNet's "
+        "training split is 1281167)",
+    )
+    parser.add_argument(
+        "--scale-trees",
+        default="/tmp/vtools-scale-trees",
+        metavar="DIR",
+        help="scale task: where the synthetic trees are kept between runs, made when missing (default: "
+        "/tmp/vtools-scale-trees; 300 000 files take about 1.2 GB)",
+    )
+    parser.add_argument(
+        "--scale-dir",
+        default="runs/bench-scale",
+        metavar="DIR",
+        help="scale task: where scale.csv and scale.png are written (default: runs/bench-scale)",
     )
 
 
@@ -234,12 +267,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows = _measure_all(args, options, argv)
     add_ratios(rows)
-    others = [row for row in rows if row["task"] != "recovery"]
+    others = [row for row in rows if row["task"] not in ("recovery", "scale")]
     recovery = [row for row in rows if row["task"] == "recovery"]  # its own figures: its own table
-    if others or not recovery:
+    scale = [row for row in rows if row["task"] == "scale"]  # and so are the scale task's
+    if others or not (recovery or scale):
         print(format_table(others, COLUMNS))
     if recovery:
         print(format_table(recovery, RECOVERY_COLUMNS))
+    if scale:
+        from vtools.bench.scale import COLUMNS as SCALE_COLUMNS
+        from vtools.bench.scale import write_scale
+
+        print(format_table(scale, SCALE_COLUMNS))
+        print(f"written to {', '.join(str(path) for path in write_scale(scale, Path(args.scale_dir)))}")
     if args.output:
         write_rows(args.output, rows, "json" if args.output.endswith(".json") else "csv")
         print(f"written to {args.output}")
@@ -264,17 +304,22 @@ def _check_args(args: argparse.Namespace) -> None:
             )
         if args.recovery_slow_disk <= 0:
             raise UsageError(f"--recovery-slow-disk must be above 0 MB/s, got {args.recovery_slow_disk:g}")
+    if "scale" in args.tasks:
+        from vtools.bench.scale import parse_sizes
+
+        parse_sizes(args.scale_sizes)
 
 
 def _measure_all(args: argparse.Namespace, options: BenchOptions, argv: list[str]) -> list[dict]:
     """Every measurement the flags ask for, each in its own process, over stores converted once; a line on
     stderr per measurement as it finishes."""
+    import dataclasses
     import tempfile
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="vtools-bench-") as stores:
         _convert_stores(options, Path(stores))
-        for task, mode, source in _measurements(options):
+        for task, mode, source in _measurements(dataclasses.replace(options, tasks=_child_tasks(options))):
             data = _photo_data(task, args, Path(stores))
             measured = _run_one(task, mode, source, [*argv, *data, "--stores", stores])
             for row in measured if isinstance(measured, list) else [measured]:
@@ -291,7 +336,16 @@ def _measure_all(args: argparse.Namespace, options: BenchOptions, argv: list[str
                 rows += measure_recipe(options, precision, Path(stores) / f"recipe-{precision}")
         if "onepass" in args.tasks:
             rows += measure_onepass(options, Path(stores) / "onepass", [*argv, "--stores", stores])
+    if "scale" in args.tasks:
+        from vtools.bench.scale import measure_scale
+
+        rows += measure_scale(options)
     return rows
+
+
+def _child_tasks(options: BenchOptions) -> list[str]:
+    """The tasks measure.py plans (the scale task plans its own processes)."""
+    return [task for task in options.tasks if task != "scale"]
 
 
 def _photo_data(task: str, args: argparse.Namespace, stores: Path) -> list[str]:

@@ -16,7 +16,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -24,11 +24,19 @@ from vtools.atomic import atomic_write
 from vtools.data.readers.path_table import PathTable
 from vtools.data.readers.scan import ImageEntries
 
-if TYPE_CHECKING:
-    from vtools.data.readers.split_scan import SplitScan  # which imports this module
-
 LISTINGS_VARIABLE = "VTOOLS_LISTINGS"
 FORMAT = 1
+
+
+class Listing(Protocol):
+    """What a saved listing holds (``split_scan.SplitScan``'s fields, which that module builds from them)."""
+
+    root: str
+    classes: list[str]
+    entries: ImageEntries
+    counts: list[int]
+    folder_times: dict[str, int]
+    scanned_at: float
 
 
 def listings_folder() -> Path | None:
@@ -42,7 +50,7 @@ def listing_file(folder: Path, root: str) -> Path:
     return folder / f"split-{hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:20]}.npz"
 
 
-def save_listing(file: Path, scan: SplitScan) -> None:
+def save_listing(file: Path, scan: Listing) -> None:
     """Write ``scan`` to ``file`` atomically (the folder is made when missing)."""
     paths = scan.entries.paths
     about = {
@@ -66,7 +74,7 @@ def save_listing(file: Path, scan: SplitScan) -> None:
 
 
 def load_listing(file: Path, root: str) -> dict | None:
-    """The saved listing of ``root`` as :class:`SplitScan`'s fields, None when there is none or it is
+    """The saved listing of ``root`` as a :class:`Listing`'s fields, None when there is none or it is
     damaged, of another format or of another folder (a hash collision)."""
     try:
         with np.load(file, allow_pickle=False) as saved:
