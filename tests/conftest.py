@@ -388,3 +388,22 @@ def acting_dests(parser: argparse.ArgumentParser, not_options: set[str] = frozen
         for action in parser._actions
         if action.dest not in not_options and max(action.option_strings or [action.dest], key=len) not in inert
     }
+
+
+@pytest.fixture
+def folder_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders ``os.scandir`` lists in this process from here on (a listing of a split is what the
+    folder reader's caches are there to save), with no split listing kept from an earlier test."""
+    from vtools.data.readers import split_scan
+
+    seen: list[str] = []
+    listing = os.scandir
+
+    def counted(path: Any = ".") -> Any:
+        if isinstance(path, (str, bytes, os.PathLike)):
+            seen.append(os.fsdecode(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    monkeypatch.setattr(split_scan, "_kept", type(split_scan._kept)())
+    return seen

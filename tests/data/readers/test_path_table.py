@@ -65,3 +65,45 @@ def test_a_path_costs_its_name_and_four_bytes() -> None:
     name_bytes = sum(len(name) for name in names)
     assert table.nbytes <= name_bytes + 4 * len(names) + 100 * 9 + 8 * 100
     assert table[29_999] == "/imagenet/train/n00000099/" + names[-1]
+
+
+def test_an_index_out_of_range_says_which_of_how_many() -> None:
+    table = PathTable.of(NAMES, "/r")
+    for index in (len(NAMES), -len(NAMES) - 1):
+        with pytest.raises(IndexError, match=rf"^path {index if index >= 0 else -1} of {len(NAMES)}$"):
+            table[index]
+    with pytest.raises(IndexError, match=r"^path 0 of 0$"):
+        PathTable.of([])[0]
+    with pytest.raises(ValueError, match=r"^a table with folders of its own cannot be added as one folder$"):
+        builder = PathTableBuilder("/r")
+        builder.add_folder("c", PathTable.of(["a.png"], "/r/c"))
+        PathTableBuilder("/").add_folder("r", builder.table())
+
+
+def test_a_table_made_from_its_arrays_alone_has_no_folders() -> None:
+    table = PathTable("/r", b"a.pngbb.png", np.array([5, 11], np.uint32))
+    assert list(table) == ["/r/a.png", "/r/bb.png"]
+    assert table.folder_ends.tolist() == [] and table.nbytes == 11 + 8
+
+
+def test_a_builder_without_a_root_keeps_the_paths_as_given() -> None:
+    builder = PathTableBuilder()
+    builder.add([b"a.png", b"sub/b.png"])
+    builder.add([b"/abs/c.png"])
+    assert list(builder.table()) == ["a.png", "sub/b.png", "/abs/c.png"]
+    empty = PathTableBuilder("/r").table()  # nothing added
+    assert len(empty) == 0 and list(empty) == [] and empty.nbytes == 0
+
+
+def test_offsets_past_4_gib_are_kept_in_64_bits() -> None:
+    """ImageNet's names fill 40 MB; a tree whose names pass 4 GiB needs wider offsets, not wrapped ones."""
+
+    class PastFourGiB(bytearray):  # the length of 4 GiB of names, without the memory
+        def __len__(self) -> int:
+            return 2**32 + super().__len__()
+
+    builder = PathTableBuilder("/r")
+    builder._blob = PastFourGiB()
+    builder.add([b"a.png", b"bb.png"])
+    ends = builder.table().ends
+    assert ends.dtype == np.int64 and ends.tolist() == [2**32 + 5, 2**32 + 11]

@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO, file_permissions_can_apply, run_script, write_model_folder
@@ -141,3 +142,102 @@ def test_an_empty_folder_where_labels_are_matched_by_name_is_a_warning(
             "name, so this changes nothing"
         ]
         assert "on 12 images" in proc.stdout
+
+
+def _class_folders(root: Path, counts: dict[str, int]) -> Path:
+    for name, count in counts.items():
+        (root / name).mkdir(parents=True)
+        for index in range(count):
+            (root / name / f"{index}.png").write_bytes(b"")
+    return root
+
+
+def test_an_empty_class_folder_is_refused_where_labels_follow_the_sorted_names(tmp_path: Path) -> None:
+    from vtools.data.readers.folder import labelled_images
+    from vtools.errors import UsageError
+
+    root = _class_folders(tmp_path / "train", {"cat": 2, "cow": 0, "dog": 1})
+    with pytest.raises(UsageError, match=r"^empty class folder .*cow: labels come from the sorted folder names, so an"):
+        labelled_images(root)
+    found = labelled_images(root, check_empty=False)  # a later call decides
+    assert found.labels.tolist() == [0, 0, 2] and found.classes == ["cat", "cow", "dog"]
+
+
+def test_an_empty_class_folder_changes_nothing_where_labels_are_matched_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vtools.data.readers.folder import labelled_images
+
+    root = _class_folders(tmp_path / "train", {"cat": 2, "cow": 0, "dog": 1, "emu": 0})
+    found = labelled_images(root, {"dog": 0, "cat": 1})  # cow and emu need no label: they hold no image
+    assert capsys.readouterr().err == (
+        f"warning: empty class folders {root / 'cow'}, {root / 'emu'}: labels are matched by class name, so this "
+        "changes nothing\n"
+    )
+    assert found.labels.tolist() == [1, 1, 0] and found.labels.dtype == np.int32  # 4 bytes an image
+    assert found.classes == ["dog", "cat"]  # by label, not by name
+    assert list(found.entries.paths) == [
+        str(root / "cat" / "0.png"),
+        str(root / "cat" / "1.png"),
+        str(root / "dog" / "0.png"),
+    ]
+
+
+def test_class_folders_missing_from_the_class_map_or_without_images_stop_in_one_line(tmp_path: Path) -> None:
+    from vtools.data.readers.folder import labelled_images
+    from vtools.errors import UsageError
+
+    root = _class_folders(tmp_path / "train", {"ant": 1, "bee": 1, "cat": 1, "dog": 1, "eel": 1, "fox": 0, "gnu": 1})
+    with pytest.raises(UsageError, match=rf"^class folder\(s\) ant, bee, dog under {root} are not in the class map$"):
+        labelled_images(root, {"cat": 0, "eel": 1})
+    empty = _class_folders(tmp_path / "empty", {"cat": 0, "dog": 0})
+    for class_map in (None, {"cat": 0, "dog": 1}):
+        with pytest.raises(UsageError, match=rf"^no images found in the class folders under {empty}$"):
+            labelled_images(empty, class_map)
+
+
+def test_a_folder_that_cannot_be_listed_is_an_entry_named_by_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root needs no permission to list, so the refusal is played by os.scandir (the permission itself is the
+    script test above)."""
+    from vtools.data.readers.scan import scan_folder
+
+    for name in ("a.png", "dog/private/b.png", "dog/c.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    listing = os.scandir
+
+    def refused(path: str | bytes = ".") -> os.ScandirIterator:  # type: ignore[name-defined]
+        if os.fsdecode(path).endswith("private"):
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    found = scan_folder(tmp_path)
+    assert list(found.paths) == [
+        str(tmp_path / "a.png"),
+        str(tmp_path / "dog" / "c.png"),
+        str(tmp_path / "dog" / "private"),
+    ]
+    assert found.unreadable == {2: "PermissionError: the folder cannot be listed (Permission denied)"}
+    found = scan_folder(tmp_path / "dog" / "private")  # the folder asked for itself
+    assert list(found.paths) == [str(tmp_path / "dog" / "private")] and list(found.unreadable) == [0]
+
+
+def test_a_list_of_images_gives_its_paths_as_listed_and_names_the_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vtools.data.readers.folder import find_image_entries
+
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes(b"")
+    (tmp_path / "list.txt").write_text(f"imgs/a.png\n\nimgs/gone.png\n{tmp_path / 'imgs' / 'a.png'}\n")
+    monkeypatch.chdir(tmp_path)
+    found = find_image_entries("list.txt")  # relative: the paths stay relative to where one is
+    assert list(found.paths) == [
+        os.path.join("imgs", "a.png"),
+        os.path.join("imgs", "gone.png"),
+        str(tmp_path / "imgs" / "a.png"),
+    ]
+    assert found.unreadable == {1: "listed in list.txt, but it does not exist"}

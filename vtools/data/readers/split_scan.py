@@ -12,7 +12,7 @@ labels it; every checkpoint of a sweep validates it again) and from every rank. 
   folder changed within the last seconds of its scan is never trusted (its clock may tick too coarsely
   to show a second change), so a freshly written tree is always listed again;
 - with ``VTOOLS_LISTINGS`` set, a listing is saved there for later jobs and checked the same way
-  (saved_listings.py);
+  (listing.py);
 - under torchrun (or srun), rank 0 lists the tree and the other ranks receive its scan (or the one-line
   error it raised) by one broadcast: N ranks cost one scan of a shared filesystem, not N.
 """
@@ -25,51 +25,26 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from vtools.data.readers.path_table import PathTableBuilder
-from vtools.data.readers.saved_listings import (
+from vtools.data.readers.listing import (
     LISTINGS_VARIABLE,
+    RACY_SECONDS,
+    SplitScan,
     listing_file,
     listings_folder,
     load_listing,
     save_listing,
 )
+from vtools.data.readers.path_table import PathTableBuilder
 from vtools.data.readers.scan import ImageEntries, scan_folder
 from vtools.errors import UsageError
 from vtools.runtime.cpu_budget import return_freed_host_memory
 from vtools.runtime.distributed import computed_by_main
 
 SCAN_THREADS = 8  # class folders listed at once: the wait is the filesystem's (a network one above all)
-RACY_SECONDS = 2.0  # a folder changed this close to its scan may change again without its time showing it
 KEPT_SCANS = 4  # a job's splits (train, validation) and a few more
-
-
-@dataclass
-class SplitScan:
-    """The class folders of one split, their image entries one folder after another, how many each
-    holds, and the modification time of every folder listed, by its path."""
-
-    root: str
-    classes: list[str]
-    entries: ImageEntries
-    counts: list[int]
-    folder_times: dict[str, int]
-    scanned_at: float
-
-    def is_current(self) -> bool:
-        """Whether the tree still is what was listed: every folder carries the time it had, none had
-        changed just before the scan."""
-        for folder, listed in self.folder_times.items():
-            if listed >= (self.scanned_at - RACY_SECONDS) * 1e9:
-                return False
-            try:
-                if os.stat(folder).st_mtime_ns != listed:
-                    return False
-            except OSError:
-                return False
-        return True
+__all__ = ["RACY_SECONDS", "SplitScan", "find_class_folders", "scan_split"]  # the listing's terms, named here too
 
 
 _kept: OrderedDict[str, SplitScan] = OrderedDict()
@@ -124,8 +99,7 @@ def _keep(key: str, scan: SplitScan) -> None:
 def _saved(root: Path) -> SplitScan | None:
     """The listing an earlier job saved under ``VTOOLS_LISTINGS`` (checked by the caller), if any."""
     folder = listings_folder()
-    fields = load_listing(listing_file(folder, str(root)), str(root)) if folder else None
-    return SplitScan(**fields) if fields else None
+    return load_listing(listing_file(folder, str(root)), str(root)) if folder else None
 
 
 def _save(scan: SplitScan) -> None:

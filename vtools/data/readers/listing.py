@@ -1,12 +1,16 @@
-"""A split's listing saved between jobs, in a folder the user names, and trusted only while the tree holds.
+"""A split's listing: what it found, when it may be trusted, and its copy saved between jobs.
+
+A listing notes the modification time of every folder it listed. A folder's time changes when an entry
+is added, removed or renamed in it, so a listing whose folders all still carry their times is the tree
+as it is now. A folder changed within the last seconds before its listing is never trusted: its clock
+may tick too coarsely to show a second change.
 
 A job on ImageNet over a network filesystem spends its first minute listing 1.28 M files that have not
 changed since the last job. With ``VTOOLS_LISTINGS=<folder>`` set, each listing is saved there (one
 file per split, named by a hash of the split's path; never in the data folder unless that is the folder
-named) and the next job checks it instead of listing again: one stat per folder (1 001 for ImageNet)
-against the modification times saved with it, under the same rules as a listing kept in memory
-(:meth:`SplitScan.is_current`). A file that is damaged, from another format or stale is listed over.
-Files are plain numpy archives, read with ``allow_pickle=False``: nothing in them is executed.
+named) and the next job checks it instead of listing again: one stat per folder (1 001 for ImageNet).
+A file that is damaged, from another format or stale is listed over. Files are plain numpy archives,
+read with ``allow_pickle=False``: nothing in them is executed.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import hashlib
 import json
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -28,8 +32,13 @@ LISTINGS_VARIABLE = "VTOOLS_LISTINGS"
 FORMAT = 1
 
 
-class Listing(Protocol):
-    """What a saved listing holds (``split_scan.SplitScan``'s fields, which that module builds from them)."""
+RACY_SECONDS = 2.0  # a folder changed this close to its scan may change again without its time showing it
+
+
+@dataclass
+class SplitScan:
+    """The class folders of one split, their image entries one folder after another, how many each
+    holds, and the modification time of every folder listed, by its path."""
 
     root: str
     classes: list[str]
@@ -37,6 +46,19 @@ class Listing(Protocol):
     counts: list[int]
     folder_times: dict[str, int]
     scanned_at: float
+
+    def is_current(self) -> bool:
+        """Whether the tree still is what was listed: every folder carries the time it had, none had
+        changed just before the scan."""
+        for folder, listed in self.folder_times.items():
+            if listed >= (self.scanned_at - RACY_SECONDS) * 1e9:
+                return False
+            try:
+                if os.stat(folder).st_mtime_ns != listed:
+                    return False
+            except OSError:
+                return False
+        return True
 
 
 def listings_folder() -> Path | None:
@@ -50,7 +72,7 @@ def listing_file(folder: Path, root: str) -> Path:
     return folder / f"split-{hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:20]}.npz"
 
 
-def save_listing(file: Path, scan: Listing) -> None:
+def save_listing(file: Path, scan: SplitScan) -> None:
     """Write ``scan`` to ``file`` atomically (the folder is made when missing)."""
     paths = scan.entries.paths
     about = {
@@ -73,8 +95,8 @@ def save_listing(file: Path, scan: Listing) -> None:
     atomic_write(file, lambda handle: np.savez(handle, **arrays), durable=False)
 
 
-def load_listing(file: Path, root: str) -> dict | None:
-    """The saved listing of ``root`` as a :class:`Listing`'s fields, None when there is none or it is
+def load_listing(file: Path, root: str) -> SplitScan | None:
+    """The saved listing of ``root``, None when there is none or it is
     damaged, of another format or of another folder (a hash collision)."""
     try:
         with np.load(file, allow_pickle=False) as saved:
@@ -86,11 +108,5 @@ def load_listing(file: Path, root: str) -> dict | None:
         return None
     table = PathTable(root, names, ends, about["folders"], folder_ends)
     unreadable = {int(index): reason for index, reason in about["unreadable"].items()}
-    return {
-        "root": root,
-        "classes": about["classes"],
-        "entries": ImageEntries(table, unreadable),
-        "counts": about["counts"],
-        "folder_times": about["folder_times"],
-        "scanned_at": about["scanned_at"],
-    }
+    entries = ImageEntries(table, unreadable)
+    return SplitScan(root, about["classes"], entries, about["counts"], about["folder_times"], about["scanned_at"])

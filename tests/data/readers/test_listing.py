@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import run_script
 from vtools.data.readers import split_scan
 from vtools.data.readers.folder import labelled_images
-from vtools.data.readers.saved_listings import listing_file
+from vtools.data.readers.listing import listing_file
 
 pytestmark = pytest.mark.cpu_only(reason="listing folders is host-side")
 
@@ -30,19 +30,10 @@ def _tree(root: Path, files: dict[str, list[str]]) -> Path:
 
 
 @pytest.fixture
-def listings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """The folders os.scandir lists, with VTOOLS_LISTINGS set and nothing kept in this process."""
+def listings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, folder_listings: list[str]) -> list[str]:
+    """The folders listed, with VTOOLS_LISTINGS set and nothing kept in this process."""
     monkeypatch.setenv("VTOOLS_LISTINGS", str(tmp_path / "listings"))
-    monkeypatch.setattr(split_scan, "_kept", type(split_scan._kept)())
-    seen: list[str] = []
-    listing = os.scandir
-
-    def counted(path: str | bytes = ".") -> os.ScandirIterator:  # type: ignore[name-defined]
-        seen.append(os.fsdecode(path))
-        return listing(path)
-
-    monkeypatch.setattr(os, "scandir", counted)
-    return seen
+    return folder_listings
 
 
 def _a_new_process() -> None:
@@ -91,12 +82,12 @@ def test_a_listing_is_not_saved_in_the_data_folder_or_anywhere_unasked(
 def test_an_unwritable_listings_folder_is_a_warning_and_the_run_goes_on(tmp_path: Path) -> None:
     root = _tree(tmp_path / "data" / "train", FILES)
     (tmp_path / "file").write_text("")
+    code = (
+        "from pathlib import Path; from vtools.data.readers.folder import labelled_images; "
+        f"print(len(labelled_images(Path({str(root)!r})).entries.paths))"
+    )
     proc = run_script(
-        [
-            "-c",
-            f"from vtools.data.readers.folder import labelled_images; from pathlib import Path; print(len(labelled_images(Path({str(root)!r})"
-            ").entries.paths))",
-        ],
+        ["-c", code],
         env={"VTOOLS_LISTINGS": str(tmp_path / "file" / "below")},
     )
     assert proc.returncode == 0, proc.stderr
