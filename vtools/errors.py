@@ -18,6 +18,8 @@ EXIT_USAGE = 2
 
 EXIT_RUN_FAILED = 3
 
+EXIT_STREAM_LOST = 75  # sysexits' EX_TEMPFAIL: shards from a server could not be read; a resume continues
+
 
 class UsageError(Exception):
     """An error the user can fix; reported as one line, exit code 2."""

@@ -44,7 +44,6 @@ TESTED_ELSEWHERE = {
     "vtools/data/readers/folder.py": "tests/data/readers/test_registry_labels.py and test_scan.py",
     "vtools/data/readers/hfds.py": "tests/data/readers/test_registry_labels.py and tests/data/test_datasets.py",
     "vtools/data/readers/torchvision.py": "tests/data/test_datasets.py and tests/scripts/test_sources.py",
-    "vtools/data/readers/wds.py": "tests/data/readers/test_registry_labels.py and tests/scripts/test_sources.py",
     "vtools/evaluation/batch_retry.py": "the out-of-memory retry: tests/scripts/test_validate.py",
     "vtools/evaluation/model_flags.py": "timm's evaluation model flags: tests/cli/test_eval_flags.py",
     "vtools/evaluation/predictions.py": "tests/evaluation/test_class_report.py collects them on every device",

@@ -49,14 +49,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="validation split; val, eval... folders are found too (default: validation)",
     )
     add_on_bad_image(group)
+    group.add_argument(
+        "--wds-shuffle-size",
+        type=int,
+        default=8192,
+        metavar="N",
+        help="wds/ shards streamed from a server (an http(s):// URL or pipe: command as --data-dir or split): "
+        "samples each loader worker holds to shuffle the stream, as timm's WDS_SHUFFLE_SIZE (default: 8192; "
+        "1: the shards' own order); memory: N encoded images per worker; part of the run: a resume needs "
+        "the same N to skip exactly the samples it trained (docs/data.md#shards-from-a-server)",
+    )
     for flag in ("--train-num-samples", "--val-num-samples"):
         add_no_op(
             group,
             flag,
             type=int,
             default=None,
-            reason="timm needs it to size streamed datasets; every vtools source (folders, indexed shards, "
-            "local Hugging Face copies) knows its length",
+            reason="timm needs it to size streamed datasets; every vtools source knows its length (shards "
+            "streamed from a server: their _info.json, or a |<num_samples> suffix on the split, timm's spelling)",
         )
     add_model_args(parser, default_model="resnet50", checkpoint_flags=False)
     add_train_model_args(parser)
@@ -568,7 +578,13 @@ def mixup_requested(options: Any) -> bool:
 
 def check_train_args(args: argparse.Namespace) -> None:
     """train.py's own value checks (the ones every script shares: vtools.cli.parser.check_values)."""
-    for flag in ("grad_accum_steps", "log_interval", "val_interval", "recovery_keep"):  # sizes and epochs: check_values
+    for flag in (
+        "grad_accum_steps",
+        "log_interval",
+        "val_interval",
+        "recovery_keep",
+        "wds_shuffle_size",
+    ):  # sizes and epochs: check_values
         check_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
     for name, (allowed, text) in VALUE_RANGES.items():
         value = getattr(args, name, None)

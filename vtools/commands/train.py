@@ -23,7 +23,7 @@ from vtools.cli.train_flags import build_parser as build_parser  # train.py's pa
 from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
-from vtools.errors import UsageError
+from vtools.errors import EXIT_STREAM_LOST, UsageError
 from vtools.evaluation.loops import EvalResult
 from vtools.evaluation.report_files import OVERALL
 from vtools.models.create import weights_description
@@ -202,13 +202,18 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
         metrics, predictions = training.validate_epoch(epoch, result, stop)
         if training.stopped_within(epoch, result, metrics):
             path = training.save_interrupted(epoch, result, stop)
-            if path is not None:
+            if path is not None and result.lost:
+                say(
+                    f"{result.lost}: saved a resumable checkpoint at epoch {epoch} step {result.completed_steps} "
+                    f"to {path}; continue with --resume auto once the shards can be read again"
+                )
+            elif path is not None:
                 say(
                     f"{stop.signal_name}: saved a resumable checkpoint at epoch {epoch} step "
                     f"{result.completed_steps} to {path}; continue with --resume {path}"
                 )
             barrier()  # no rank leaves (and has torchrun stop the others) before the checkpoint is whole
-            return exit_code(stop.signal_name)
+            return EXIT_STREAM_LOST if result.lost else exit_code(stop.signal_name)
         saved = training.save_epoch(epoch, result, metrics, predictions, stop)
         if training.dist_info.is_main:
             watch.scalars.epoch(saved.row)

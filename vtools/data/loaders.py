@@ -136,9 +136,11 @@ def make_loader(
     drop_last: bool = False,
     persistent: bool = True,
     seed: int = 0,
+    collate_fn: Callable[[Any], Any] = collate,
 ) -> DataLoader:
     """A DataLoader with device-aware pinning and persistent workers; order comes from ``sampler``
-    (training passes a seeded one), else the dataset's own order.
+    (training passes a seeded one), else the dataset's own order. A dataset that makes its own batches
+    (``batch_size`` None: shards streamed from a server) passes them through ``collate_fn`` unchanged.
 
     The loader gets a generator of its own: each new iterator draws a worker seed
     from it, and drawn from the global RNG that would shift the dropout and mixup
@@ -153,7 +155,7 @@ def make_loader(
         sampler=sampler,
         worker_init_fn=leave_signals_to_main,
         num_workers=workers,
-        collate_fn=collate,
+        collate_fn=collate_fn,
         pin_memory=dev.pin_memory(device),
         drop_last=drop_last,
         persistent_workers=persistent and workers > 0,

@@ -17,11 +17,13 @@ from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_
 from vtools.cli.train_flags import mixup_requested
 from vtools.data.datasets import refuse_known_bad
 from vtools.data.decode import bad_image_handler
-from vtools.data.loaders import DeviceLoader, eval_device_loader, make_loader
+from vtools.data.loaders import DeviceLoader, KeptBatches, eval_device_loader, make_loader
 from vtools.data.memory_estimate import LoaderUse, check_host_memory
 from vtools.data.readers.folder import read_class_map, resolve_split_dir
 from vtools.data.readers.registry import Source, SourceRequest, open_source
+from vtools.data.readers.wds_stream import StreamedShards
 from vtools.data.sampling import EpochSampler, SeededSamples
+from vtools.data.stream_batches import StreamOrder, stream_loader
 from vtools.data.train_augment import fuse
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
 from vtools.errors import UsageError
@@ -112,7 +114,7 @@ def init_head(model: torch.nn.Module, scale: float | None, bias: float | None) -
 class Loaders:
     train: DeviceLoader
     val: DeviceLoader
-    sampler: EpochSampler
+    sampler: EpochSampler | StreamOrder  # StreamOrder: shards streamed from a server
     data_config: dict[str, Any]
     channels_last: bool
 
@@ -177,21 +179,40 @@ def build_loaders(
     check_input_mode(mode, data_config)
     keep = KEEP_TRAINING_BYTES // max(1, workers) if keep_decoded else 0  # each loader process keeps its own
     augment = recipe.build_train_transform(job.augment, data_config)
-    train_set = SeededSamples(
-        train_source.images(fuse(augment, mode, kind_of(device.type).computes_on_host) or augment, mode, keep),
-        seed,
-        replace_bad=data.on_bad_image == "skip",
-    )
-    val_set = val_source.images(eval_transform(data_config), mode)
+    transform = fuse(augment, mode, kind_of(device.type).computes_on_host) or augment
     check_training_memory(data, model, train_source, val_source, data_config, device, workers)
     channels_last = use_channels_last(job.model.channels_last, model, device)
-    sampler = train_sampler(len(train_set), seed, job.augment.aug_repeats, dist_info)
-    if len(sampler.order) < data.batch_size:
-        raise UsageError(
-            f"--batch-size {data.batch_size} is larger than the {len(sampler.order)} training images per process"
+    batches: Any
+    if isinstance(train_source.samples, StreamedShards):
+        if job.augment.aug_repeats:
+            raise UsageError("--aug-repeats needs indexed data; shards from a server are read as a stream")
+        batches = stream_loader(
+            train_source.samples,
+            transform,
+            mode,
+            data.batch_size,
+            device,
+            workers,
+            seed,
+            dist_info.rank,
+            dist_info.world_size,
+            training=True,
+            shuffle_size=data.wds_shuffle_size,
+            replace_bad=data.on_bad_image == "skip",
         )
+        sampler = batches.sampler
+    else:
+        train_set = SeededSamples(
+            train_source.images(transform, mode, keep), seed, replace_bad=data.on_bad_image == "skip"
+        )
+        sampler = train_sampler(len(train_set), seed, job.augment.aug_repeats, dist_info)
+        if len(sampler.order) < data.batch_size:
+            raise UsageError(
+                f"--batch-size {data.batch_size} is larger than the {len(sampler.order)} training images per process"
+            )
+        batches = make_loader(train_set, data.batch_size, device, workers, sampler=sampler, drop_last=True, seed=seed)
     train_loader = DeviceLoader(
-        make_loader(train_set, data.batch_size, device, workers, sampler=sampler, drop_last=True, seed=seed),
+        batches,
         device,
         data_config["mean"],
         data_config["std"],
@@ -200,20 +221,74 @@ def build_loaders(
         on_bad=bad_image_handler(data.on_bad_image, [], keep_batches_full=True, during="training"),
         dtype=dtype,
     )
+    val_batch_size = data.validation_batch_size or data.batch_size
+    if isinstance(val_source.samples, StreamedShards):
+        val_loader = stream_eval_loader(
+            val_source.samples,
+            data_config,
+            mode,
+            val_batch_size,
+            device,
+            workers,
+            seed,
+            dist_info,
+            channels_last,
+            data,
+            dtype,
+        )
+        return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
     val_loader = eval_device_loader(
-        val_set,
-        data.validation_batch_size or data.batch_size,
+        val_source.images(eval_transform(data_config), mode),
+        val_batch_size,
         device,
         workers,
         data_config,
         channels_last,
         bad_image_handler(data.on_bad_image, [], during="validation"),
-        sampler=validation_sampler(len(val_set), dist_info),
+        sampler=validation_sampler(len(val_source), dist_info),
         persistent=True,
         keep_bytes=KEEP_VALIDATION_BYTES if keep_decoded else 0,
         dtype=dtype,
     )
     return Loaders(train_loader, val_loader, sampler, data_config, channels_last)
+
+
+def stream_eval_loader(
+    store: StreamedShards,
+    data_config: dict[str, Any],
+    mode: str,
+    batch_size: int,
+    device: torch.device,
+    workers: int,
+    seed: int,
+    dist_info: DistInfo,
+    channels_last: bool,
+    data: DataOptions,
+    dtype: torch.dtype | None = None,
+) -> DeviceLoader:
+    """Validation over shards from a server: each rank streams its shards in order, every sample once;
+    the batches are kept in host memory when they fit, so later epochs do not fetch them again."""
+    batches = stream_loader(
+        store,
+        eval_transform(data_config),
+        mode,
+        batch_size,
+        device,
+        workers,
+        seed,
+        dist_info.rank,
+        dist_info.world_size,
+        training=False,
+    )
+    return DeviceLoader(
+        KeptBatches(batches, KEEP_VALIDATION_BYTES),  # type: ignore[arg-type]
+        device,
+        data_config["mean"],
+        data_config["std"],
+        channels_last=channels_last,
+        on_bad=bad_image_handler(data.on_bad_image, [], during="validation"),
+        dtype=dtype,
+    )
 
 
 def check_training_memory(

@@ -22,6 +22,7 @@ import torch
 from timm.utils import dispatch_clip_grad
 
 from vtools.data.loaders import STOP_SIGNALS
+from vtools.data.readers.wds_stream import StreamLost
 from vtools.errors import RunFailed
 from vtools.models.prepare import unwrap
 from vtools.progress import progress
@@ -202,6 +203,7 @@ class EpochResult:
     local_loss_sum: float = 0.0  # this rank's share of the epoch so far, carried over a mid-epoch resume
     local_samples: int = 0
     epoch_samples: int = 0  # every process's samples of the epoch, those before a resume included (set by the run)
+    lost: str = ""  # why a streamed shard could not be read (a resumable stop), '' otherwise
 
     @property
     def images_per_second(self) -> float:
@@ -224,6 +226,18 @@ def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int
             f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
             f"epoch {epoch} step {step}; {advice}"
         )
+
+
+def alone(lost: StreamLost) -> str:
+    """A lost stream's line, where this process can save a checkpoint by itself. Under torchrun the others
+    are inside a collective this one will not join: it ends the job (exit 3) instead, and ``--resume auto``
+    continues from the newest checkpoint."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        raise RunFailed(
+            f"{lost}; under torchrun the other processes cannot stop with this one: continue with --resume auto "
+            "from the newest checkpoint (--recovery-interval keeps it close)"
+        ) from None
+    return str(lost)
 
 
 def accumulation_divisor(step: int, total_steps: int, accum: int) -> int:
@@ -264,8 +278,18 @@ def train_one_epoch(
     start = last_fetch = time.perf_counter()
     bar = progress(loader, f"epoch {epoch}", total=len(loader), enabled=show_progress)
     step = start_step - 1
-    interrupted = False
-    for step, batch in enumerate(bar, start=start_step):
+    interrupted, lost = False, ""
+    at_update = (step, loss_sum.clone(), 0)  # where a lost stream rolls back to: the last update
+    batches = enumerate(bar, start=start_step)
+    while True:
+        try:
+            step, batch = next(batches)
+        except StopIteration:
+            break
+        except StreamLost as err:  # shards from a server: the server went away; stop where it can resume
+            interrupted, lost = True, alone(err)
+            step, loss_sum, samples = at_update[0], at_update[1], at_update[2]
+            break
         data_seconds += time.perf_counter() - last_fetch
         images, targets = batch.images, batch.targets
         if parts.mixup is not None:
@@ -301,6 +325,10 @@ def train_one_epoch(
                     LogPoint(epoch, step + 1, total_steps, start_step, num_updates, window_loss, lr, images_per_second)
                 )
             filled, window_start = 0, step + 1
+        if is_update and accum > 1:
+            at_update = (step, loss_sum.clone(), samples)
+        elif is_update:
+            at_update = (step, loss_sum, samples)  # every step is an update: nothing to roll back
         if after_update is not None and is_update and step + 1 < total_steps:
             after_update(UpdatePoint(epoch, step + 1, num_updates, loss_sum.clone(), samples + carried[1]))
         if stop is not None and is_update and stop.agreed(num_updates):
@@ -326,6 +354,7 @@ def train_one_epoch(
         completed_steps=step + 1,
         local_loss_sum=local_loss_sum,
         local_samples=int(local_samples),
+        lost=lost,
     ), num_updates
 
 

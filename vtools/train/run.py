@@ -21,6 +21,7 @@ from timm.utils import distribute_bn
 
 from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.data.readers.registry import Source
+from vtools.data.readers.wds_stream import StreamLost
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult, evaluate
 from vtools.evaluation.predictions import PredictionLog
@@ -43,7 +44,15 @@ from vtools.train.assemble import (
 )
 from vtools.train.checkpoint import CheckpointManager, load_training_state
 from vtools.train.job import ModelOptions, TrainJob
-from vtools.train.loop import EpochResult, LogPoint, StopRequest, TrainComponents, UpdatePoint, train_one_epoch
+from vtools.train.loop import (
+    EpochResult,
+    LogPoint,
+    StopRequest,
+    TrainComponents,
+    UpdatePoint,
+    alone,
+    train_one_epoch,
+)
 from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule, recovery_saver
 from vtools.train.resume import (
     Position,
@@ -229,16 +238,20 @@ class TrainingRun:
         predictions = PredictionLog()
         if not self.validates(epoch) or result.interrupted:
             return None, predictions
-        metrics = evaluate(
-            eval_model(self.parts, self.dist_info, self.settings.ema_force_cpu),
-            self.loaders.val,
-            self.parts.device,
-            self.parts.amp,
-            desc=f"validate {epoch}",
-            show_progress=self.dist_info.is_main,
-            should_stop=None if self.dist_info.enabled else (lambda: stop.requested),
-            on_logits=predictions.add,
-        )
+        try:
+            metrics = evaluate(
+                eval_model(self.parts, self.dist_info, self.settings.ema_force_cpu),
+                self.loaders.val,
+                self.parts.device,
+                self.parts.amp,
+                desc=f"validate {epoch}",
+                show_progress=self.dist_info.is_main,
+                should_stop=None if self.dist_info.enabled else (lambda: stop.requested),
+                on_logits=predictions.add,
+            )
+        except StreamLost as lost:  # validation shards from a server: resumable, as a signal during validation
+            result.lost = alone(lost)
+            return None, predictions
         return metrics, predictions
 
     def stopped_within(self, epoch: int, result: EpochResult, metrics: EvalResult | None) -> bool:

@@ -110,12 +110,26 @@ def _torchvision(request: SourceRequest, name: str) -> Source:
     return Source(samples, classes, f"{request.dataset} {request.split} ({len(dataset)} images)")
 
 
+class StreamSource(Source):
+    """Shards streamed from a server (``readers/wds_stream.py``): training reads them in stream order
+    (``vtools.data.stream_batches``); nothing can read them by index."""
+
+    def images(self, transform: Callable, mode: str, keep_bytes: int = 0) -> Dataset:
+        raise UsageError(
+            f"{self.description}: shards from a server are read as a stream, which only train.py does; "
+            "validate.py and inference.py read shards by index: download them (or use a local copy) and "
+            "pass its folder"
+        )
+
+
 def _shards(request: SourceRequest, name: str) -> Source:
     from vtools.data.readers import wds as shard_source
 
-    root = Path(request.root)
     shard_source.require_wids(f"--dataset {request.dataset}")
     keys = tuple(k.strip().lstrip(".").lower() for k in (request.input_key or "").split(";") if k.strip())
+    if shard_source_is_stream(request):
+        return _streamed_shards(request, name, keys or shard_source.IMAGE_EXTENSIONS)
+    root = Path(request.root)
     samples = shard_source.open_shard_samples(
         root, request.split, keys or shard_source.IMAGE_EXTENSIONS, (request.target_key or "cls").lstrip(".")
     )
@@ -127,6 +141,32 @@ def _shards(request: SourceRequest, name: str) -> Source:
         samples.classes_from = str(info_file) if info.get("classes") else f"ImageNet ({name})"
     return Source(
         samples, classes, f"{request.dataset} {request.split}: {len(samples.shards)} shards, {len(samples)} samples"
+    )
+
+
+def shard_source_is_stream(request: SourceRequest) -> bool:
+    """Whether the shards come from a server (an http(s) URL or a pipe: command as folder or split)."""
+    from vtools.data.readers.wds_stream import is_stream
+
+    return is_stream(request.root) or is_stream(request.split)
+
+
+def _streamed_shards(request: SourceRequest, name: str, image_keys: tuple[str, ...]) -> Source:
+    from vtools.data.readers.wds_stream import StreamedShards, open_stream_split
+
+    split = open_stream_split(request.root, request.split)
+    store = StreamedShards(
+        split.urls, split.counts, image_keys, (request.target_key or "cls").lstrip("."), exact_counts=split.exact_counts
+    )
+    classes = split.classes or _imagenet_classes(name)
+    if classes:  # a label outside them is then a bad sample, named when it is read
+        store.num_classes = len(classes)
+        store.classes_from = f"{request.root} (_info.json)" if split.classes else f"ImageNet ({name})"
+    counted = "" if split.exact_counts else " (|num_samples: shards taken as equal)"
+    return StreamSource(
+        store,
+        classes,
+        f"{request.dataset} {request.split}: {len(split.urls)} shards streamed, {len(store)} samples{counted}",
     )
 
 

@@ -156,15 +156,9 @@ class ShardSamples(SampleStore):
         label = int(table.labels[inner])
         if label == NO_LABEL:
             return BadSample(name, f"no label (.{self.label_key}) in the sample")
-        if label < 0 or (self.num_classes is not None and label >= self.num_classes):
-            known = f"the {self.num_classes} classes of {self.classes_from}" if self.num_classes is not None else ""
-            return BadSample(
-                name,
-                f"label {label} (.{self.label_key}) is out of range: labels are class indices 0.."
-                + (f"{self.num_classes - 1} for {known}" if known else "N-1")
-                + "; fix the sample's label"
-                + (" or the class list" if known else ""),
-            )
+        outside = label_out_of_range(label, self.label_key, self.num_classes, self.classes_from)
+        if outside:
+            return BadSample(name, outside)
         start, size = int(table.offsets[inner]), int(table.sizes[inner])
         if start + size > table.file_size:
             return BadSample(name, "the shard ends inside this sample (truncated tar)")
@@ -172,6 +166,19 @@ class ShardSamples(SampleStore):
             handle.seek(start)
             data = handle.read(size)
         return RawSample(data, label, name)
+
+
+def label_out_of_range(label: int, label_key: str, num_classes: int | None, classes_from: str) -> str:
+    """Why ``label`` cannot be a class index ('' when it can): negative, or beyond the split's classes."""
+    if label >= 0 and (num_classes is None or label < num_classes):
+        return ""
+    known = f"the {num_classes} classes of {classes_from}" if num_classes is not None else ""
+    return (
+        f"label {label} (.{label_key}) is out of range: labels are class indices 0.."
+        + (f"{num_classes - 1} for {known}" if known else "N-1")
+        + "; fix the sample's label"
+        + (" or the class list" if known else "")
+    )
 
 
 def read_split_info(root: Path) -> dict[str, Any]:
