@@ -33,7 +33,7 @@ class DataOptions:
     on_bad_image: str  # error or skip
     batch_size: int  # per process; the run may fit it to a tiny set (fit_batch_to_set)
     validation_batch_size: int | None  # None: --batch-size
-    wds_shuffle_size: int = 8192  # shards streamed from a server: each worker's shuffle buffer, in samples
+    wds_shuffle_size: int  # shards streamed from a server: each worker's shuffle buffer, in samples
 
 
 @dataclass(frozen=True)
