@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 from torch.utils.data import Dataset
 
 from vtools.data.datasets import DecodedImages, FileSamples, SampleStore
@@ -92,7 +93,7 @@ class Source:
         image is read (class folders), else the last of ``classes`` (default: the source's own names)."""
         labels = self.samples.labels
         if labels is not None and len(labels):
-            return int(max(labels))
+            return int(np.max(labels))  # one pass in C: a Python max walks 1.28 M numpy scalars
         return len((self.classes if classes is None else classes) or []) - 1
 
 
