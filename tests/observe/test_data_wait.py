@@ -126,7 +126,7 @@ def test_progress_lines_in_a_log_file(device: torch.device) -> None:
     steps = [int(re.fullmatch(pattern, line).group(1)) for line in lines]
     assert steps == [2, 4, 6]
     quiet = RunClock(epochs=2, steps_per_epoch=STEPS, validates=lambda e: True, lines=False)
-    assert quiet.step_line(LogPoint(0, 2, 6, 0, 2, 1.0, 0.1, 10.0)) is None  # a terminal has its bar
+    assert quiet.step_line(LogPoint(0, 2, 6, 0, 2, 1.0, 0.1, 10.0, 0.0)) is None  # a terminal has its bar
 
 
 @pytest.mark.cpu_only(reason="arithmetic on the host's clock")

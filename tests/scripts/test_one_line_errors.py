@@ -1635,7 +1635,7 @@ ROWS = [
             ("aug-splits", "aug-splits: 2", [], "--aug-splits 2: AugMix split batches"),
             ("aug-splits-and-flag", "aug-splits: 2", ["--aug-splits", "2"], "--aug-splits 2: AugMix split batches"),
             ("torchscript", "torchscript: true", [], "--torchscript: TorchScript is deprecated"),
-            ("log-wandb", "log-wandb: true", [], "--log-wandb: "),
+            ("mlflow-artifacts-alone", "mlflow-artifacts: true", [], "--mlflow-artifacts uploads to MLflow: add --log"),
             ("naflex-loader", "naflex-loader: true", [], "--naflex-loader: variable-resolution"),
             ("worker-seeding", "worker_seeding: part", [], "--worker-seeding part: vtools seeds every sample"),
         )

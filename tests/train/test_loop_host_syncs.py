@@ -10,6 +10,7 @@ emulator's (cpu has no queue to stall).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import timm
@@ -22,10 +23,12 @@ from vtools.commands import train
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.evaluation.loops import evaluate, predict
 from vtools.evaluation.predictions import PredictionLog
+from vtools.observe.mlflow_tracker import MlflowTracker
+from vtools.observe.tracking import RunEnd, TrackedRun, Trackers
 from vtools.runtime.amp import resolve_amp
 from vtools.train import recipe
 from vtools.train.job import TrainJob
-from vtools.train.loop import TrainComponents, train_one_epoch
+from vtools.train.loop import LogPoint, TrainComponents, train_one_epoch
 
 load_emulated_npu()
 
@@ -144,3 +147,23 @@ def test_inference_makes_no_per_batch_syncs() -> None:
         syncs(lambda n=n: list(predict(model, device_loader(n), amp, topk=3, show_progress=False))) for n in (4, 8)
     ]
     assert counts[0] == counts[1], counts
+
+
+@pytest.mark.slow
+def test_a_tracker_adds_no_sync_to_the_training_steps(tmp_path: Path) -> None:
+    """MLflow on (a real SQLite store), fed every log step and the epoch's row as train.py feeds it: the
+    epoch syncs exactly as often as without it, log steps included (log interval 2)."""
+    run = TrackedRun("run", tmp_path, "id0", False, {"model": "test_resnet"}, {})
+    trackers = Trackers([MlflowTracker(run, f"sqlite:///{tmp_path / 'm.db'}", "e", artifacts=False)], print)
+    trackers.begin()
+    parts = recipe_components([])
+
+    def epoch(on_log: Callable[[LogPoint], None] | None) -> None:
+        result, _ = train_one_epoch(parts, device_loader(8), 0, 0, log_interval=2, show_progress=False, on_log=on_log)
+        if on_log is not None:
+            trackers.epoch({"epoch": 0, "train_loss": result.loss})
+
+    plain, tracked = syncs(lambda: epoch(None)), syncs(lambda: epoch(trackers.step))
+    lines = trackers.close(RunEnd("FINISHED", {}))
+    assert tracked == plain, (plain, tracked)
+    assert lines == [] and trackers.feeds[0].done["step"] == 4

@@ -28,6 +28,7 @@ from vtools.cli.options import (
 )
 from vtools.cli.parser import OneLineParser, check_positive, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
+from vtools.cli.tracking_flags import add_mlflow_args, add_wandb_args, check_tracking_args
 from vtools.errors import UsageError
 
 DESCRIPTION = "train.py's options: timm's train.py flags with timm's names, defaults and meanings."
@@ -337,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard",
         )
     )
+    add_wandb_args(group)
+    add_mlflow_args(group, training=True)
     group.add_argument(
         "--eval-metric",
         default="top1",
@@ -496,16 +499,6 @@ def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
         "--resplit": {"action": "store_true", "default": False},
     }.items():
         add_refused(group, flag, reason=AUGMIX_SPLIT_REASON, **spec)
-    add_refused(
-        group,
-        "--log-wandb",
-        action="store_true",
-        default=False,
-        reason="Weights & Biases logging is not built in; use --log-tensorboard (W&B can sync TensorBoard logs)",
-    )
-    add_refused(group, "--wandb-project", default=None, reason="only with --log-wandb, which is not supported")
-    add_refused(group, "--wandb-tags", nargs="+", default=[], reason="only with --log-wandb, which is not supported")
-    add_refused(group, "--wandb-resume-id", default="", reason="only with --log-wandb, which is not supported")
     for flags, spec in (
         (("--train-img-sizes",), {"type": int, "nargs": "+", "default": None}),
         (("--train-batch-sizes",), {"type": int, "nargs": "+", "default": None}),
@@ -567,6 +560,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parse_with_config(build_parser(), argv)
     check_values(args)
     check_train_args(args)
+    check_tracking_args(args)
     return args
 
 

@@ -19,6 +19,7 @@ from vtools.cli.options import (
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
+from vtools.cli.tracking_flags import add_mlflow_args
 from vtools.errors import UsageError
 
 DESCRIPTION = """Top-1 / top-5 validation of timm models on any device.
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"equal-width confidence bins of the reliability diagram and ECE (default: {CALIBRATION_BINS})",
     )
+    add_mlflow_args(parser.add_argument_group("experiment tracking"), training=False)
     return parser
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vtools.cli.config import dump_config
 from vtools.cli.options import resume_changeable
@@ -33,6 +34,9 @@ from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.figures import pyplot
 from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import draw_report_or_why_not
+from vtools.observe.run_trackers import training_trackers
+from vtools.observe.tracking import TRACKING_FILE, RunEnd, Trackers
+from vtools.observe.wandb_tracker import WANDB_FOLDER
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
 from vtools.runtime.heartbeat import rank_heartbeat, report_progress
@@ -109,24 +113,55 @@ def run_training(
     for line in start_lines(job, runtime, training):
         say(line)
     training.start()
-    watch = watch_run(job, runtime, training, say)
-    with StopRequest(runtime.device, check_every=stop_check_every(job, dist_info)) as stop, closing(watch.scalars):
-        code = train_epochs(training, stop, watch, say)
-        if code is not None:
-            return code, [], None
-        with stop.shielded():  # the run's last files are written whole, whatever signal comes now
-            model_dir = finish(training, say)
-        epochs = training.num_epochs - training.position.epoch  # in this process
-        last_lines = final_summary(claim, training.clock, epochs, watch.data_wait) + recovery_lines(training)
-        if stop.requested:
-            say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
-    return 0, last_lines, model_dir
+    watch = watch_run(job, runtime, training, say, config_options(args, training.settings.batch_size))
+    ended = RunEnd("FAILED", {})  # what the trackers are told if the run ends by an exception
+    try:
+        with StopRequest(runtime.device, check_every=stop_check_every(job, dist_info)) as stop, closing(watch.scalars):
+            code = train_epochs(training, stop, watch, say)
+            if code is not None:
+                ended = RunEnd("KILLED", run_figures(training))
+                return code, watch.trackers.close(ended), None
+            with stop.shielded():  # the run's last files are written whole, whatever signal comes now
+                model_dir = finish(training, say)
+            epochs = training.num_epochs - training.position.epoch  # in this process
+            last_lines = final_summary(claim, training.clock, epochs, watch.data_wait) + recovery_lines(training)
+            if stop.requested:
+                say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
+        ended = RunEnd("FINISHED", run_figures(training), model_dir, report_dir(claim))
+        return 0, last_lines + watch.trackers.close(ended), model_dir
+    finally:
+        if ended.status == "FAILED":
+            for line in watch.trackers.close(ended):
+                say(line)
+
+
+def config_options(args: argparse.Namespace, batch_size: int) -> dict[str, Any]:
+    """The parsed options with the batch size the run trains with (fitted to a tiny set): config.yaml's
+    values, the trackers' config and params."""
+    return {**vars(args), "batch_size": batch_size}
 
 
 def config_text(args: argparse.Namespace, batch_size: int) -> str:
-    """config.yaml's text: the parsed options, with the batch size the run trains with (fitted to a tiny
-    set), so that ``train.py -c config.yaml`` and a resume repeat the run."""
-    return dump_config(argparse.Namespace(**{**vars(args), "batch_size": batch_size}), CONFIG_NAMES[0])
+    """config.yaml's text, so that ``train.py -c config.yaml`` and a resume repeat the run."""
+    return dump_config(argparse.Namespace(**config_options(args, batch_size)), CONFIG_NAMES[0])
+
+
+def run_figures(training: TrainingRun) -> dict[str, float | int | str]:
+    """The run's end summary for the trackers: its best epoch and how long it took."""
+    figures: dict[str, float | int | str] = {
+        "epochs": len(training.summary_rows),
+        "seconds": round(training.clock.elapsed, 2),
+    }
+    if training.manager.best_epoch is not None:
+        figures[f"best_{training.settings.eval_metric}"] = training.manager.best_metric
+        figures["best_epoch"] = training.manager.best_epoch
+    return figures
+
+
+def report_dir(claim: FolderClaim) -> Path | None:
+    """The best epoch's class report, where the run wrote one."""
+    folder = claim.folder / EVAL_DIR
+    return folder if (folder / OVERALL).is_file() else None
 
 
 def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[str]:
@@ -167,31 +202,36 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
 
 @dataclass(frozen=True)
 class RunWatch:
-    """What watches the run from above the training layer: TensorBoard, the profiler, the data-wait
-    advice, and the log step's line."""
+    """What watches the run from above the training layer: TensorBoard, W&B and MLflow, the profiler, the
+    data-wait advice, and the log step's line."""
 
     scalars: ScalarLog
+    trackers: Trackers
     profiler: StepProfiler
     data_wait: DataWaitVerdict
     on_log: Callable[[LogPoint], None]
 
 
-def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say) -> RunWatch:
-    """TensorBoard and the profile on rank 0, the data-wait advice for this run's loaders, and a log step
-    that goes to TensorBoard and (without a progress bar) to a line with the run's ETA."""
+def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say, options: dict[str, Any]) -> RunWatch:
+    """TensorBoard, the trackers and the profile on rank 0, the data-wait advice for this run's loaders, and
+    a log step that goes to them and (without a progress bar) to a line with the run's ETA."""
     is_main, out_dir = training.dist_info.is_main, training.claim.folder
     scalars = ScalarLog(out_dir / "tensorboard" if job.logging.log_tensorboard and is_main else None)
+    device = str(runtime.device)
+    trackers = training_trackers(job, options, training.claim, training.resumed, device, say, is_main)
+    trackers.begin()  # before the loaders fork their workers (vtools/observe/tracking.py)
     profiler = StepProfiler(job.logging.profile, runtime.device, out_dir, "train", enabled=is_main)
     data_wait = DataWaitVerdict(loader_setting(job, runtime, training.loaders, training.data.train))
 
     def on_log(point: LogPoint) -> None:
         report_progress(point.epoch, point.step)  # the step a line naming a stopped rank gives
-        scalars.step(point.num_updates, point.loss, point.lr, point.images_per_second)
+        scalars.step(point)
+        trackers.step(point)
         line = training.clock.step_line(point)
         if line:
             say(line)
 
-    return RunWatch(scalars, profiler, data_wait, on_log)
+    return RunWatch(scalars, trackers, profiler, data_wait, on_log)
 
 
 def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say: Say) -> int | None:
@@ -217,6 +257,7 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
         saved = training.save_epoch(epoch, result, metrics, predictions, stop)
         if training.dist_info.is_main:
             watch.scalars.epoch(saved.row)
+            watch.trackers.epoch(saved.row)
             say(epoch_line(epoch, result, metrics, saved.best, training.clock.since_epoch_start))
             verdict = watch.data_wait.epoch(epoch, result.data_wait)
             if verdict:
@@ -274,6 +315,8 @@ RUN_FILES = (  # what a finished run leaves, in the order the final summary name
     (BEST, BEST),
     (LAST, LAST),
     ("tensorboard", "tensorboard/"),
+    (WANDB_FOLDER, f"{WANDB_FOLDER}/ (W&B's files)"),
+    (TRACKING_FILE, TRACKING_FILE),
     (CSV_NAME, CSV_NAME),
 )
 

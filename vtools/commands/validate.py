@@ -38,6 +38,8 @@ from vtools.models.create import model_files, model_label
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import CONFUSION_PNG, RELIABILITY_PNG, draw_report_or_why_not
+from vtools.observe.run_trackers import validation_trackers
+from vtools.observe.tracking import Trackers
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -242,50 +244,65 @@ def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
     reports = report_folders(args.report, pairs)
     check_paths(args, pairs, reports)
     check_data_first(args)
-    options = validation_options(args)
-    rows, failures = [], []
-    retry = args.retry or len(pairs) > 1  # timm retries every model of a bulk run
-    with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
-        for (model_name, checkpoint), report_dir in zip(pairs, reports):
-            try:
-                row = validate_with_retry(args, options, model_name, checkpoint, runtime, retry, report_dir)
-            except (UsageError, RunFailed) as err:
-                if len(pairs) == 1:
-                    raise
-                name = model_name + (f" @ {checkpoint}" if checkpoint else "")
-                failures.append((name, err))  # as timm's bulk validation: the other models still run
-                print(f" * {name}: not validated: {err}", flush=True)
-                continue
-            print(
-                f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
-                f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
-                f"loss {row['loss']:.4f} on {row['samples']} images{_skipped_text(row)}, {row['img_per_sec']:.1f} img/s"
-                + _metrics_line(row, args.metrics_avg),
-                flush=True,
-            )
-            rows.append(row)
-    columns = [
-        "model",
-        "top1",
-        "top5",
-        "loss",
-        "samples",
-        "param_count",
-        "img_size",
-        "device",
-        "amp_dtype",
-        "img_per_sec",
-    ]
-    print(format_table(rows, columns + (["checkpoint"] if args.checkpoint else [])))
-    fallbacks_file = None
-    if args.results_file and rows:
-        write_rows(args.results_file, rows, args.results_format)
-        print(f"results written to {args.results_file}")
-        fallbacks_file = fallbacks.write_csv(Path(args.results_file).with_suffix(f".{CSV_NAME}"))
-    print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
+    tags = {"dataset": str(args.dataset or args.data_dir or args.data or ""), "device": str(runtime.device)}
+    with validation_trackers(args.log_mlflow, args.mlflow_experiment, tracked_options(args), tags, print) as trackers:
+        with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
+            rows, failures = validate_pairs(args, pairs, reports, runtime, trackers)
+        print(format_table(rows, RESULT_COLUMNS + (["checkpoint"] if args.checkpoint else [])))
+        fallbacks_file = None
+        if args.results_file and rows:
+            write_rows(args.results_file, rows, args.results_format)
+            print(f"results written to {args.results_file}")
+            fallbacks_file = fallbacks.write_csv(Path(args.results_file).with_suffix(f".{CSV_NAME}"))
+        print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
     if failures:
         raise models_failed(failures, len(pairs), args.results_file if rows else "")
     return rows
+
+
+def tracked_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options a validation run's MLflow params record (not where they are recorded)."""
+    return {key: value for key, value in vars(args).items() if key not in ("log_mlflow", "mlflow_experiment")}
+
+
+RESULT_COLUMNS = [  # the console table's columns
+    *("model", "top1", "top5", "loss", "samples"),
+    *("param_count", "img_size", "device", "amp_dtype", "img_per_sec"),
+]
+
+
+def validate_pairs(
+    args: argparse.Namespace,
+    pairs: list[tuple[str, str]],
+    reports: list[Path | None],
+    runtime: Runtime,
+    trackers: Trackers,
+) -> tuple[list[dict[str, Any]], list[tuple[str, Exception]]]:
+    """Validate every model/checkpoint pair, saying each one's figures (and sending them to the trackers);
+    with several, one that fails is named and the others go on, as in timm's bulk validation."""
+    options = validation_options(args)
+    rows, failures = [], []
+    retry = args.retry or len(pairs) > 1  # timm retries every model of a bulk run
+    for (model_name, checkpoint), report_dir in zip(pairs, reports):
+        try:
+            row = validate_with_retry(args, options, model_name, checkpoint, runtime, retry, report_dir)
+        except (UsageError, RunFailed) as err:
+            if len(pairs) == 1:
+                raise
+            name = model_name + (f" @ {checkpoint}" if checkpoint else "")
+            failures.append((name, err))
+            print(f" * {name}: not validated: {err}", flush=True)
+            continue
+        print(
+            f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
+            f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+            f"loss {row['loss']:.4f} on {row['samples']} images{_skipped_text(row)}, {row['img_per_sec']:.1f} img/s"
+            + _metrics_line(row, args.metrics_avg),
+            flush=True,
+        )
+        rows.append(row)
+        trackers.result(row)
+    return rows, failures
 
 
 def models_failed(failures: list[tuple[str, Exception]], total: int, results_file: str) -> UsageError | RunFailed:

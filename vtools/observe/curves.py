@@ -3,7 +3,7 @@
 ``--log-tensorboard`` writes, into ``<run>/tensorboard``, one point per epoch
 with the values of that epoch's ``summary.csv`` row (train/eval loss, top-1,
 top-5, lr, img/s, data wait) and one per log step (loss over the log window,
-lr, img/s). ``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr
+lr, img/s, data wait). ``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr
 against epoch for one or several runs from their ``summary.csv`` files into a
 PNG; train.py draws ``<run>/curves.png`` when it ends.
 
@@ -20,7 +20,9 @@ from typing import Any
 from vtools.errors import UsageError
 from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better
 from vtools.observe.figures import pyplot, save_png
+from vtools.observe.tracking import step_metrics
 from vtools.optional import optional_module
+from vtools.train.loop import LogPoint
 
 EPOCH_SCALARS = {
     "train_loss": "train/loss",
@@ -44,10 +46,11 @@ class ScalarLog:
 
             self.writer = SummaryWriter(str(folder))
 
-    def step(self, num_updates: int, loss: float, lr: float, images_per_second: float) -> None:
+    def step(self, point: LogPoint) -> None:
+        """A log step's figures at its update count, named as W&B and MLflow name them."""
         if self.writer is not None:
-            for tag, value in (("step/loss", loss), ("step/lr", lr), ("step/img_per_sec", images_per_second)):
-                self.writer.add_scalar(tag, value, num_updates)
+            for tag, value in step_metrics(point).items():
+                self.writer.add_scalar(tag, value, point.num_updates)
 
     def epoch(self, row: dict[str, Any]) -> None:
         """The epoch's summary.csv row (eval values are empty in epochs without validation)."""

@@ -187,6 +187,13 @@ class LoggingOptions:
 
     log_interval: int  # steps between log lines
     log_tensorboard: bool
+    log_wandb: bool
+    wandb_project: str | None  # None: W&B's default project
+    wandb_tags: list[str]
+    wandb_resume_id: str  # '' for the run folder's own W&B run
+    log_mlflow: str | None  # a tracking URI, '' for MLflow's default, None: off
+    mlflow_experiment: str | None  # None: MLFLOW_EXPERIMENT_NAME, else MLflow's Default
+    mlflow_artifacts: bool  # upload the model folder and the class report at the end
     profile: int  # steps profiled (0: none)
 
 

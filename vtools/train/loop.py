@@ -159,7 +159,8 @@ class LogPoint:
     num_updates: int
     loss: float
     lr: float
-    images_per_second: float
+    images_per_second: float  # over the epoch so far (this process's part of it)
+    data_wait: float  # the share of the epoch so far spent waiting for the next batch
 
 
 @dataclass(frozen=True)
@@ -318,12 +319,12 @@ def train_one_epoch(
         if filled == len(window) or step + 1 == total_steps:
             _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice())
             window_loss, lr = window[:filled].mean().item(), parts.optimizer.param_groups[0]["lr"]
-            images_per_second = samples / (time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            images_per_second = samples / elapsed
             bar.set_postfix(loss=f"{window_loss:.4f}", lr=f"{lr:.3g}", img_s=f"{images_per_second:.1f}")
             if on_log is not None:
-                on_log(
-                    LogPoint(epoch, step + 1, total_steps, start_step, num_updates, window_loss, lr, images_per_second)
-                )
+                point = (epoch, step + 1, total_steps, start_step, num_updates, window_loss, lr, images_per_second)
+                on_log(LogPoint(*point, data_seconds / elapsed))
             filled, window_start = 0, step + 1
         if is_update and accum > 1:
             at_update = (step, loss_sum.clone(), samples)
