@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import file_permissions_can_apply, run_script
 from vtools.observe.tracking import (
     TRACKING_FILE,
     RunEnd,
@@ -100,7 +101,7 @@ def test_a_tracker_that_fails_mid_run_is_given_up_with_one_warning_and_counted()
     lines = trackers.close(RunEnd("FINISHED", {}))
     warnings = [line for line in said + lines if line.startswith("warning:")]
     assert warnings == [
-        "warning: Rec (memory): not logging from epoch 1 on (ConnectionError: server went away); the run trains on"
+        "warning: Rec (memory): not logging from epoch 1 on (ConnectionError: server went away); the run goes on"
     ]
     # epoch 0 and epoch 1's two steps got through; epoch 1's row, epoch 2 and the end did not
     assert [name for name, _ in recorder.calls] == ["start", "step", "step", "epoch", "step", "step"]
@@ -138,7 +139,7 @@ def test_a_start_that_never_returns_is_bounded_and_the_end_does_not_wait_for_it(
     assert time.monotonic() - began < 5
     assert (
         said[2]
-        == "warning: Rec (memory): not logging from the start on (it had not started within 0.3 s); the run trains on"
+        == "warning: Rec (memory): not logging from the start on (it had not started within 0.3 s); the run goes on"
     )
     feed_run(trackers, epochs=1)
     lines = trackers.close(RunEnd("FINISHED", {}), end_seconds=0.3)
@@ -157,7 +158,7 @@ def test_an_end_that_hangs_is_cut_at_the_wait_and_named() -> None:
     began = time.monotonic()
     lines = trackers.close(RunEnd("FINISHED", {}), end_seconds=0.3)
     assert time.monotonic() - began < 5
-    assert lines[0].startswith("warning: Rec (memory): not logging from the run's end on")
+    assert lines[0].startswith("warning: Rec (memory): the run's end was not logged (it had not taken")
     assert lines[1].startswith("not logged to Rec (memory): the run's end (summary, tables, artifacts)")
     recorder.release.set()
 
@@ -203,3 +204,55 @@ def test_the_tracking_id_is_written_once_and_kept(tmp_path: Path) -> None:
     (tmp_path / TRACKING_FILE).write_text("{damaged")
     second = tracking_id(tmp_path, lambda path, created: wrote.append((path, created)))
     assert second != first and len(second) == 16 and wrote[-1] == (tmp_path / TRACKING_FILE, False)
+
+
+STORE_GOES_READ_ONLY = """
+import os, sys, time
+from pathlib import Path
+from vtools.observe.mlflow_tracker import MlflowTracker
+from vtools.observe.tracking import RunEnd, TrackedRun, Trackers
+
+folder = Path(sys.argv[1])
+store = folder / "store"
+store.mkdir()
+run = TrackedRun("run", folder, "id0", False, {"model": "m"}, {})
+trackers = Trackers([MlflowTracker(run, f"sqlite:///{store / 'm.db'}", "e", artifacts=False)], print)
+trackers.begin()
+trackers.epoch({"epoch": 0, "train_loss": 1.0})
+while trackers.feeds[0].done["epoch"] < 1:
+    time.sleep(0.05)
+for path in store.iterdir():
+    path.chmod(0o444)
+store.chmod(0o555)  # what a full disk does to the store: its next write fails
+for epoch in (1, 2):
+    trackers.epoch({"epoch": epoch, "train_loss": 1.0 - epoch / 10})
+for line in trackers.close(RunEnd("FINISHED", {})):
+    print(line)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not file_permissions_can_apply(), reason="file modes cannot apply to this root (no setpriv)")
+def test_a_store_that_stops_taking_writes_mid_run_is_one_warning_and_the_count(tmp_path: Path) -> None:
+    """A real MLflow store (SQLite) that turns unwritable after epoch 0, as a full disk does."""
+    proc = run_script(["-c", STORE_GOES_READ_ONLY, str(tmp_path)], file_permissions_apply=True, timeout=300)
+    (tmp_path / "store").chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and "not logging from epoch 1 on" in warnings[0], proc.stdout
+    assert "readonly" in warnings[0].lower() or "read-only" in warnings[0].lower(), warnings[0]
+    assert lines[-1].startswith("not logged to MLflow (sqlite:///") and "2 epoch row(s)" in lines[-1], lines[-1]
+
+
+def test_a_failure_is_said_by_its_first_line_that_says_something() -> None:
+    wrapped = RuntimeError("(raised as a result of autoflush)\n(sqlite3.OperationalError) attempt to write\n[SQL: x]")
+    assert failure_text(wrapped) == "RuntimeError: (sqlite3.OperationalError) attempt to write"
+    assert failure_text(ConnectionError("(only a remark)")) == "ConnectionError: (only a remark)"
+    assert failure_text(TimeoutError()) == "TimeoutError"
+
+
+def test_a_long_failure_keeps_its_start_and_its_end() -> None:
+    err = ConnectionError("Max retries exceeded " + "x" * 400 + " [Errno 111] Connection refused")
+    text = failure_text(err)
+    assert len(text) <= 300 and text.startswith("ConnectionError: Max retries") and text.endswith("Connection refused")

@@ -25,7 +25,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("install")
     source = root / "source"
     shutil.copytree(REPO / "vtools", source / "vtools", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "requirements.txt", "requirements-hf.txt", "requirements-deploy.txt"):
+    requirements = ("requirements.txt", "requirements-hf.txt", "requirements-deploy.txt", "requirements-track.txt")
+    for name in ("pyproject.toml", "README.md", *requirements):
         shutil.copy(REPO / name, source / name)
     env = root / "env"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)

@@ -17,6 +17,7 @@ import pytest
 import torch
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
+from tests.cli.test_tracking_flags import TRACKER_DESTS
 from vtools.cli.options import resume_changeable
 from vtools.cli.train_flags import build_parser
 from vtools.cli.typed import typed_options
@@ -480,6 +481,7 @@ CHANGEABLE_BEFORE_TAGS = frozenset(
     "batch_size torchcompile_mode pretrained_path no_resume_opt start_epoch synchronize_step grad_checkpointing "
     "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
 ) | {"recovery_interval", "recovery_keep", "dist_timeout"}  # added with recovery checkpoints (issue 35)
+CHANGEABLE_BEFORE_TAGS |= set(TRACKER_DESTS)  # where figures are sent (issue 37)
 
 
 def test_the_flags_declare_what_a_resume_may_change() -> None:

@@ -11,8 +11,9 @@ column), tags for model, dataset and device, and at the end the summary as metri
 run folder's tracking id as the tag ``vtools.run_id``, by which ``--resume`` finds and continues it.
 validate.py logs one MLflow run per model with its results row.
 
-MLflow's HTTP client retries for minutes by default; its retries and timeout are shortened here (where the
-environment does not set them), and its calls run on the tracker's own thread (vtools/observe/tracking.py).
+MLflow's HTTP client retries for minutes by default: its retries and timeout are shortened here, and its
+"View run" lines kept out of the command's output (where the environment does not set either); its calls
+run on the tracker's own thread (vtools/observe/tracking.py).
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ from vtools.train.loop import LogPoint
 RUN_ID_TAG = "vtools.run_id"
 PARAM_BATCH = 100  # MLflow takes at most 100 params per log_batch
 PARAM_LENGTH = 6000  # and values of at most 6000 characters
-HTTP_DEFAULTS = {  # a dead server fails a call in seconds, not after minutes of retries
+ENV_DEFAULTS = {  # where the environment does not say otherwise
+    # a dead server fails a call in seconds, not after minutes of retries
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    # no "View run" lines from the tracker's thread in the command's output (their emoji also fail a
+    # stdout that cannot encode them, which would lose the run's end); the start line says where it goes
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 
 
@@ -46,7 +51,7 @@ class MlflowRuns:
     """A connection to one MLflow experiment (made on the tracker's thread)."""
 
     def __init__(self, uri: str, experiment: str | None) -> None:
-        for name, value in HTTP_DEFAULTS.items():
+        for name, value in ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
         tracker_package("mlflow")
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO lines about database tables

@@ -42,6 +42,7 @@ def training_trackers(
         options=options,
         tags=dict(zip(RUN_TAGS, (job.model.model, job.data.dataset or job.data.data_dir or "", device))),
     )
+    start_seconds = min(start_seconds, job.distributed.dist_timeout / 4)  # the other ranks wait for rank 0
     trackers: list[Tracker] = []
     if logging.log_wandb:
         claim.wrote(folder / WANDB_FOLDER, created=not (folder / WANDB_FOLDER).exists())

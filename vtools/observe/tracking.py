@@ -32,6 +32,7 @@ from vtools.train.loop import LogPoint
 TRACKING_FILE = "tracking.json"
 START_SECONDS = 60.0  # a tracker not started by then is given up (W&B's and MLflow's own timeouts are set below it)
 END_SECONDS = 60.0  # the longest the run's end waits for a tracker to take what it was sent
+AT_END = "the run's end"  # where the run is when the trackers are sent its end
 KIND_NAMES = {  # what a tracker is sent: the name of its call, and how a line counts the ones not logged
     "step": "log step(s)",
     "epoch": "epoch row(s)",
@@ -109,10 +110,17 @@ def epoch_metrics(row: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def failure_text(err: BaseException) -> str:
-    """An exception in one line: its type and its first line."""
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__}: {text}"[:300] if text else type(err).__name__
+def failure_text(err: BaseException, limit: int = 300) -> str:
+    """An exception in one line: its type and its first line that says something (SQLAlchemy, under MLflow,
+    starts some messages with a remark in parentheses: the next line says what failed). A long line keeps
+    its start and its end, where a wrapped connection error says why ("Connection refused")."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    said = [line for line in lines if not (line.startswith("(") and line.endswith(")"))]
+    text = f"{type(err).__name__}: {(said or lines)[0]}" if lines else type(err).__name__
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"
 
 
 @dataclass
@@ -157,11 +165,13 @@ class TrackerFeed:
             if not self._failure or self._warned:
                 return None
             self._warned = True
-            return f"warning: {self.label}: not logging from {self._failed_at} on ({self._failure}); the run trains on"
+            if self._failed_at == AT_END:
+                return f"warning: {self.label}: the run's end was not logged ({self._failure})"
+            return f"warning: {self.label}: not logging from {self._failed_at} on ({self._failure}); the run goes on"
 
     def finish(self, end: RunEnd) -> None:
         """Send the run's end: the last thing the tracker is sent."""
-        self.send("end", end, "the run's end")
+        self.send("end", end, AT_END)
         self._queue.put(None)
 
     def wait(self, deadline: float) -> None:

@@ -7,9 +7,10 @@ and data wait (x axis ``num_updates``), the best epoch's per-class table, and th
 resumes that W&B run, and fails the tracker, not the run, when W&B has no such run). Without it, the run
 folder's tracking id is the W&B run id, so ``--resume`` continues the same W&B run.
 
-W&B's files go to ``<run>/wandb``; ``WANDB_MODE=offline`` writes them there and nowhere else (``wandb sync
-<run>/wandb/offline-run-*`` uploads them later). The start is bounded by W&B's own ``init_timeout``, and
-the whole tracker runs on its own thread (vtools/observe/tracking.py).
+W&B's run files go to ``<run>/wandb``; with ``WANDB_MODE=offline`` nothing leaves the machine, and ``wandb
+sync <run>/wandb/offline-run-*`` uploads them later, from this machine: W&B keeps its logs and the staged
+copy of the per-class table in its own user folders (``WANDB_DATA_DIR``, ``~/.cache/wandb``). The start is
+bounded by W&B's own ``init_timeout``, and the tracker runs on its own thread (vtools/observe/tracking.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vtools.observe.tracking import RunEnd, TrackedRun, epoch_metrics, step_metr
 from vtools.train.loop import LogPoint
 
 WANDB_FOLDER = "wandb"  # W&B makes it inside the folder it is given
+RESOLVED_KEY = "run"  # the config's entry for the run's model, data and device as resolved (npu:0, the folder)
 
 
 class WandbTracker:
@@ -50,11 +52,13 @@ class WandbTracker:
             id=self.run_id,
             resume="must" if self.must_resume else "allow",
             dir=str(self.run_info.folder),
-            config=self.run_info.options,
             tags=self.tags or None,
             settings=settings,
         )
-        self.run.config.update(self.run_info.tags, allow_val_change=True)
+        # after the start, so that a resume with other values of the options a resume may change is taken;
+        # the options as config.yaml holds them, and what the run resolved them to under "run"
+        config = {**self.run_info.options, RESOLVED_KEY: self.run_info.tags}
+        self.run.config.update(config, allow_val_change=True)
         self.run.define_metric("num_updates")
         self.run.define_metric("step/*", step_metric="num_updates")
         self.run.define_metric("epoch")
