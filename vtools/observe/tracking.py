@@ -69,6 +69,7 @@ class Tracker(Protocol):
 
     name: str  # W&B, MLflow
     where: str  # where the run is logged, known before the start (no network)
+    launches_processes: bool  # whether its start runs other programs (the command then waits for it)
 
     def start(self) -> None: ...
 
@@ -242,9 +243,10 @@ class TrackerFeed:
 class Trackers:
     """The run's trackers (rank 0's; none elsewhere), fed from the training thread.
 
-    They start together, and the command waits for their starts (``start_seconds`` at most) before it goes
-    on: a tracker's start may launch a process (W&B's service, git), and a data-loader worker forked while
-    it does would inherit the pipe that the launch waits on, and hang it for as long as the worker lives."""
+    They start together. The command waits for the starts that launch other programs (W&B's service and
+    git; ``start_seconds`` at most) before it goes on: a data-loader worker forked during such a launch
+    would inherit the pipe the launch waits on, and hang it for as long as the worker lives. The others
+    (MLflow: imports and requests) start while the run trains."""
 
     def __init__(self, trackers: list[Tracker], say: Callable[[str], None], start_seconds: float = START_SECONDS):
         self.say = say
@@ -252,12 +254,13 @@ class Trackers:
         self.feeds = [TrackerFeed(tracker, start_seconds) for tracker in trackers]  # starting now
 
     def begin(self) -> None:
-        """Say where the run is tracked, and wait for the trackers' starts (``start_seconds`` in all)."""
+        """Say where the run is tracked, and wait for the starts that launch programs (``start_seconds`` in all)."""
         for feed in self.feeds:
             self.say(f"tracking: {feed.label}")
         deadline = time.monotonic() + self.start_seconds
         for feed in self.feeds:
-            feed.wait_started(deadline)
+            if feed.tracker.launches_processes:
+                feed.wait_started(deadline)
         self.warn()
 
     def __enter__(self) -> Trackers:
