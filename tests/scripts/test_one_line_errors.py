@@ -1376,6 +1376,11 @@ ROWS = [
             ("negative-lr", ["--output", "{tmp}/out", "--lr", "-1"], ["--lr must be 0 or more, got -1.0"]),
             ("smoothing-above-1", ["--output", "{tmp}/out", "--smoothing", "1.5"], ["--smoothing must be from 0"]),
             ("drop-above-1", ["--output", "{tmp}/out", "--drop", "1.5"], ["--drop must be from 0"]),
+            (
+                "negative-early-stop-patience",
+                ["--output", "{tmp}/out", "--early-stop-patience", "-1"],
+                ["--early-stop-patience must be 0 or more, got -1"],
+            ),
         )
     ],
     Row(

@@ -482,6 +482,7 @@ CHANGEABLE_BEFORE_TAGS = frozenset(
     "pin_mem no_prefetcher use_multi_epochs_loader local_rank".split()
 ) | {"recovery_interval", "recovery_keep", "dist_timeout"}  # added with recovery checkpoints (issue 35)
 CHANGEABLE_BEFORE_TAGS |= set(TRACKER_DESTS)  # where figures are sent (issue 37)
+CHANGEABLE_BEFORE_TAGS |= {"early_stop_patience", "early_stop_min_delta"}  # a resume may extend the patience
 
 
 def test_the_flags_declare_what_a_resume_may_change() -> None:

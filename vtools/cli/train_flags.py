@@ -346,6 +346,25 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("top1", "top5", "loss"),
         help="metric that picks the best checkpoint (default: top1)",
     )
+    may_change_on_resume(  # a resume may extend the patience: the wait is read back from summary.csv
+        group.add_argument(
+            "--early-stop-patience",
+            type=int,
+            default=0,
+            metavar="N",
+            help="stop the run once --eval-metric has not improved for N validations in a row (epochs that "
+            "--val-interval skips do not count); the best model folder is still exported (default: 0, off)",
+        )
+    )
+    may_change_on_resume(
+        group.add_argument(
+            "--early-stop-min-delta",
+            type=float,
+            default=0.0,
+            metavar="D",
+            help="an improvement for --early-stop-patience must beat the best by more than D (default: 0.0)",
+        )
+    )
     group.add_argument("--sync-bn", action="store_true", default=False, help="synchronized BatchNorm under DDP")
     group.add_argument(
         "--dist-bn",
@@ -528,6 +547,8 @@ VALUE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
             "color_jitter",
             "warmup_epochs",
             "cooldown_epochs",
+            "early_stop_patience",
+            "early_stop_min_delta",
         ),
         (lambda v: v >= 0, "0 or more"),
     ),

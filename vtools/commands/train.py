@@ -123,12 +123,13 @@ def run_training(
                 return code, watch.trackers.close(ended), None
             with stop.shielded():  # the run's last files are written whole, whatever signal comes now
                 model_dir = finish(training, say)
-            epochs = training.num_epochs - training.position.epoch  # in this process
+            epochs = training.epochs_trained()  # in this process
             last_lines = final_summary(claim, training.clock, epochs, watch.data_wait) + recovery_lines(training)
             if stop.requested:
                 say(f"{stop.signal_name} came after the last epoch: the run's files were finished first")
         ended = RunEnd("FINISHED", run_figures(training), model_dir, report_dir(claim))
-        return 0, last_lines + watch.trackers.close(ended), model_dir
+        early = [training.stopped_early] if training.stopped_early else []  # the run's last line says why
+        return 0, last_lines + watch.trackers.close(ended) + early, model_dir
     finally:
         if ended.status == "FAILED":
             for line in watch.trackers.close(ended):
@@ -236,7 +237,9 @@ def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say, 
 
 def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say: Say) -> int | None:
     """Train the epochs left, saying each one's figures; the exit code where a signal stopped the run,
-    None once its last epoch is saved."""
+    None once its last epoch is saved (or --early-stop-patience ends the run after an earlier one)."""
+    if training.stops_early():  # resumed already out of patience: trains nothing more, as a finished run
+        return None
     for epoch in training.epochs():
         result = training.train_epoch(epoch, stop, watch.profiler.wrap, watch.on_log)
         metrics, predictions = training.validate_epoch(epoch, result, stop)
@@ -268,6 +271,8 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
                 "continue with --resume auto"
             )
             return exit_code(stop.signal_name)
+        if training.stops_early():
+            return None
     return None
 
 

@@ -30,7 +30,7 @@ from vtools.models.prepare import unwrap
 from vtools.outputs import Output, prove_writable
 from vtools.runtime import device as dev
 from vtools.runtime.attempt_store import under_agent_store
-from vtools.runtime.distributed import DistInfo
+from vtools.runtime.distributed import DistInfo, computed_by_main
 from vtools.runtime.resolve import Runtime
 from vtools.train import recipe
 from vtools.train.assemble import (
@@ -43,6 +43,7 @@ from vtools.train.assemble import (
     wrap_for_speed,
 )
 from vtools.train.checkpoint import CheckpointManager, load_training_state
+from vtools.train.early_stop import EarlyStop, early_stop_of
 from vtools.train.job import ModelOptions, TrainJob
 from vtools.train.loop import (
     EpochResult,
@@ -159,6 +160,8 @@ class TrainingRun:
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
     clock: RunClock | None = None
     recovery: RecoverySchedule | None = None  # --recovery-interval (None: off)
+    early_stop: EarlyStop | None = None  # --early-stop-patience (None: off)
+    stopped_early: str = ""  # why the run stopped before its last epoch (every rank), once it has
 
     @property
     def resumed(self) -> bool:
@@ -326,6 +329,22 @@ class TrainingRun:
             return True
         return False
 
+    def stops_early(self) -> bool:
+        """Whether --early-stop-patience ends the run after the epochs saved so far (a resumed run's carried
+        rows count: it remembers how long it has waited). Rank 0 holds every row, so its verdict goes to
+        every rank, and no rank trains on alone; once the last checkpoint is whole."""
+        rule = self.early_stop
+        if rule is None:
+            return False
+        self.stopped_early = computed_by_main(lambda: rule.verdict(self.summary_rows, self.num_epochs)) or ""
+        if self.stopped_early:
+            self.manager.wait()
+        return bool(self.stopped_early)
+
+    def epochs_trained(self) -> int:
+        """The epochs this process saved (a resumed run's carried rows are those before its first)."""
+        return sum(int(row["epoch"]) >= self.position.epoch for row in self.summary_rows)
+
     def finish(self) -> Exported | None:
         """After the last epoch: the last checkpoint whole on disk, then (rank 0) the best weights as a
         model folder."""
@@ -401,6 +420,7 @@ def set_up(
         empty_model=lambda: architecture(job.model, data.num_classes),
         resume_path=folder.resume,
         recovery=RecoverySchedule.of(job.run.recovery_interval, stop_check_every(job, dist_info), device),
+        early_stop=early_stop_of(job.run.eval_metric, job.run.early_stop_patience, job.run.early_stop_min_delta),
     )
 
 
