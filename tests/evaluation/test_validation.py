@@ -27,6 +27,8 @@ EDGE_ONLY = {
     "retry": "the command retries a pair with smaller batches (dataclasses.replace of batch_size)",
     "no_cpu_fallback": "the command's FallbackWatch",
     "profile": "the command wraps the loader in its step profiler",
+    "log_mlflow": "the command's tracker scope sends each results row (vtools/observe/run_trackers.py)",
+    "mlflow_experiment": "the command's tracker scope sends each results row (vtools/observe/run_trackers.py)",
 }
 RESOLVED = {"use_test_size"}  # fields the command resolves from other flags: no flag of that name
 

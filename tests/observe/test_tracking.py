@@ -36,7 +36,6 @@ class Recorder:
 
     name = "Rec"
     where = "memory"
-    launches_processes = True
 
     def __init__(self, fail_at: str = "", hang_at: str = "", fail_with: BaseException | None = None) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -257,18 +256,3 @@ def test_a_long_failure_keeps_its_start_and_its_end() -> None:
     err = ConnectionError("Max retries exceeded " + "x" * 400 + " [Errno 111] Connection refused")
     text = failure_text(err)
     assert len(text) <= 300 and text.startswith("ConnectionError: Max retries") and text.endswith("Connection refused")
-
-
-def test_a_start_that_launches_nothing_goes_on_while_the_run_trains() -> None:
-    """MLflow's kind: begin() does not wait for it, what the run sends meanwhile is queued and logged."""
-    said: list[str] = []
-    slow = Recorder(hang_at="start")
-    slow.launches_processes = False
-    trackers = Trackers([slow], said.append, start_seconds=30)
-    began = time.monotonic()
-    trackers.begin()
-    assert time.monotonic() - began < 1 and said == ["tracking: Rec (memory)"]
-    feed_run(trackers, epochs=1)
-    slow.release.set()
-    assert trackers.close(RunEnd("FINISHED", {})) == []
-    assert [name for name, _ in slow.calls] == ["start", "step", "step", "epoch", "end"]

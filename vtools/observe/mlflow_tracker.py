@@ -99,7 +99,6 @@ class MlflowTracker:
     """One training run's MLflow run (rank 0)."""
 
     name = "MLflow"
-    launches_processes = False  # imports and requests only: it starts while the run trains
 
     def __init__(self, run: TrackedRun, uri: str, experiment: str | None, artifacts: bool) -> None:
         self.run_info, self.uri, self.experiment, self.artifacts = run, uri, experiment, artifacts
@@ -146,7 +145,6 @@ class MlflowValidation:
     """validate.py's MLflow runs: one per model, with the results row as metrics (its numbers) and tags."""
 
     name = "MLflow"
-    launches_processes = False  # imports and requests only: it starts while the run trains
 
     def __init__(self, uri: str, experiment: str | None, options: dict[str, Any], tags: dict[str, str]) -> None:
         self.uri, self.experiment, self.options, self.tags = uri, experiment, options, tags

@@ -32,6 +32,7 @@ from vtools.train.loop import LogPoint
 TRACKING_FILE = "tracking.json"
 START_SECONDS = 60.0  # a tracker not started by then is given up (W&B's and MLflow's own timeouts are set below it)
 END_SECONDS = 60.0  # the longest the run's end waits for a tracker to take what it was sent
+AT_START = "the start"  # where a tracker that never started failed, whenever it was found out
 AT_END = "the run's end"  # where the run is when the trackers are sent its end
 KIND_NAMES = {  # what a tracker is sent: the name of its call, and how a line counts the ones not logged
     "step": "log step(s)",
@@ -69,7 +70,6 @@ class Tracker(Protocol):
 
     name: str  # W&B, MLflow
     where: str  # where the run is logged, known before the start (no network)
-    launches_processes: bool  # whether its start runs other programs (the command then waits for it)
 
     def start(self) -> None: ...
 
@@ -142,7 +142,7 @@ class TrackerFeed:
         self._failure = ""  # why the tracker was given up ('' while it works)
         self._failed_at = ""  # where the run was then
         self._warned = False
-        self._position = "the start"
+        self._position = AT_START
         self._start_ended = threading.Event()  # set once start() returned or raised
         self._thread = threading.Thread(target=self._work, name=f"tracker {self.tracker.name}", daemon=True)
         self._began = self.clock()
@@ -198,7 +198,7 @@ class TrackerFeed:
     def _check_start(self) -> None:
         with self._lock:
             if not self._started and not self._failure and self.clock() - self._began > self.start_seconds:
-                self._fail(f"it had not started within {self.start_seconds:g} s")
+                self._fail(f"it had not started within {self.start_seconds:g} s", AT_START)
 
     def _fail(self, why: str, position: str | None = None) -> None:
         """Give the tracker up at ``position`` (where the run is now, by default); the lock is held."""
@@ -210,14 +210,14 @@ class TrackerFeed:
         by then is given up."""
         if not self._start_ended.wait(timeout=max(0.0, deadline - time.monotonic())):
             with self._lock:
-                self._fail(f"it had not started within {self.start_seconds:g} s")
+                self._fail(f"it had not started within {self.start_seconds:g} s", AT_START)
 
     def _work(self) -> None:
         try:
             self.tracker.start()
         except (Exception, SystemExit) as err:  # a tracker may sys.exit on a bad key: never the run's exit
             with self._lock:
-                self._fail(f"could not start: {failure_text(err)}")
+                self._fail(f"could not start: {failure_text(err)}", AT_START)
             return
         finally:
             self._start_ended.set()
@@ -243,10 +243,11 @@ class TrackerFeed:
 class Trackers:
     """The run's trackers (rank 0's; none elsewhere), fed from the training thread.
 
-    They start together. The command waits for the starts that launch other programs (W&B's service and
-    git; ``start_seconds`` at most) before it goes on: a data-loader worker forked during such a launch
-    would inherit the pipe the launch waits on, and hang it for as long as the worker lives. The others
-    (MLflow: imports and requests) start while the run trains."""
+    They start together, and the command waits for their starts (``start_seconds`` in all) before it goes
+    on, for two reasons found the hard way. A start may launch a program (W&B's service, git): a data-loader
+    worker forked during the launch inherits the pipe the launch waits on, and hangs it for as long as the
+    worker lives. And a start imports its package: a module half-imported on the tracker's thread is seen
+    half-made by the main thread (MLflow's import of IPython made matplotlib's curves.png fail the run)."""
 
     def __init__(self, trackers: list[Tracker], say: Callable[[str], None], start_seconds: float = START_SECONDS):
         self.say = say
@@ -254,13 +255,12 @@ class Trackers:
         self.feeds = [TrackerFeed(tracker, start_seconds) for tracker in trackers]  # starting now
 
     def begin(self) -> None:
-        """Say where the run is tracked, and wait for the starts that launch programs (``start_seconds`` in all)."""
+        """Say where the run is tracked, and wait for the trackers' starts (``start_seconds`` in all)."""
         for feed in self.feeds:
             self.say(f"tracking: {feed.label}")
         deadline = time.monotonic() + self.start_seconds
         for feed in self.feeds:
-            if feed.tracker.launches_processes:
-                feed.wait_started(deadline)
+            feed.wait_started(deadline)
         self.warn()
 
     def __enter__(self) -> Trackers:

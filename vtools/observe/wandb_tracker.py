@@ -31,7 +31,6 @@ class WandbTracker:
     """One training run's W&B run (rank 0)."""
 
     name = "W&B"
-    launches_processes = True  # W&B's service, and git for the run's commit
 
     def __init__(self, run: TrackedRun, project: str | None, tags: list[str], resume_id: str, start_seconds: float):
         self.run_info, self.project, self.tags = run, project, list(tags)
