@@ -23,7 +23,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEVICE_TYPES, device_flags, free_port, run_script, start_script, summary, train_args
+from tests.conftest import (
+    DEVICE_TYPES,
+    device_flags,
+    free_port,
+    run_script,
+    start_script,
+    summary,
+    torchrun,
+    train_args,
+)
 from vtools.observe.mlflow_tracker import ENV_DEFAULTS, RUN_ID_TAG
 from vtools.observe.tracking import START_SECONDS, TRACKING_FILE
 
@@ -211,6 +220,20 @@ def test_training_run_resume_and_validation_are_logged_as_the_files_say(
         assert logged.data.metrics[key] == float(row[key]), key
     assert logged.data.tags["vtools.command"] == "validate"
     assert logged.data.tags["device"].split(":")[0] == device_type
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_two_ranks_log_one_run_from_rank_0(device_type: str, mlflow_uri: str, fashion4: Path, tmp_path: Path) -> None:
+    """Under torchrun only rank 0 tracks: one MLflow run, whose histories are the run's summary.csv (its
+    metrics reduced over the ranks) and whose step points are rank 0's printed log steps."""
+    experiment = f"torchrun-{device_type}-{uuid.uuid4().hex[:8]}"
+    tracked = ["--log-mlflow", mlflow_uri, "--mlflow-experiment", experiment, "--log-interval", "2"]
+    args = train_args(fashion4, tmp_path, "ranks", *device_flags(device_type), *tracked, "--epochs", "1")
+    proc = run_script(torchrun(args), env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("tracking: MLflow") == 1 and "not logged" not in proc.stdout
+    assert_run_matches(mlflow_uri, only_run(mlflow_uri, experiment), tmp_path / "ranks", step_losses(proc.stdout))
 
 
 # ---------------------------------------------------------------- a server that dies mid-run
