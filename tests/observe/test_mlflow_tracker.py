@@ -258,9 +258,9 @@ def test_a_server_killed_mid_run_costs_one_warning_and_the_run_finishes(fashion4
     """The MLflow server is killed once epoch 0's row is logged: the run trains on and exits 0, says one
     warning line, and its last line counts what was not logged; the store keeps the history up to the
     failure, without holes."""
-    experiment = "killed"
+    experiment, epochs = "killed", 20  # epochs enough that the run cannot end before the kill on an idle host
     with mlflow_server(tmp_path / "server") as (uri, server):
-        args = train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "3", "--log-interval", "2")
+        args = train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", str(epochs), "--log-interval", "2")
         stderr = (tmp_path / "stderr.txt").open("w")
         proc = start_script([*args, "--log-mlflow", uri, "--mlflow-experiment", experiment], stderr=stderr)
         lines: list[str] = []
@@ -292,18 +292,21 @@ def test_a_server_killed_mid_run_costs_one_warning_and_the_run_finishes(fashion4
     assert len(warnings) == 1, lines
     assert f"MLflow ({uri}): not logging from epoch " in warnings[0], warnings
     rows = summary(tmp_path / "run")
-    assert len(rows) == 3
+    assert len(rows) == epochs
     db = tmp_path / "server" / "m.db"
     logged_rows = len(db_history(db, "train_loss"))
-    assert 1 <= logged_rows < 3
+    assert 1 <= logged_rows < epochs
     for column, expected in csv_histories(rows).items():  # the columns up to the failure: no holes
         assert db_history(db, column) == expected[:logged_rows], column
     logged_steps = len(db_history(db, "step/loss"))
     not_logged_steps = len(step_losses("\n".join(lines))) - logged_steps
     last = lines[-1]
     assert last.startswith(f"not logged to MLflow ({uri}): "), lines[-5:]
-    steps_said = f"{not_logged_steps} log step(s), " if not_logged_steps else ""
-    assert f": {steps_said}{3 - logged_rows} epoch row(s), the run's end" in last, last
+    said = re.search(r": (?:(\d+) log step\(s\), )?(\d+) epoch row\(s\), the run's end", last)
+    assert said, last
+    # the call the server died in may have been stored before its answer was lost: counted as not logged
+    extra = (int(said.group(1) or 0) - not_logged_steps, int(said.group(2)) - (epochs - logged_rows))
+    assert extra in ((0, 0), (1, 0), (0, 1)), (extra, last)
 
 
 # ---------------------------------------------------------------- a server that is not there

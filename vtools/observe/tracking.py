@@ -1,4 +1,4 @@
-"""Experiment trackers (W&B, MLflow) that are never the reason a run waits or fails.
+"""Experiment trackers (W&B, MLflow) that never fail a run, nor keep it waiting past a bounded start.
 
 Each tracker runs behind a queue on a thread of its own: the training loop only hands over figures
 that are already on the host (a log step's, an epoch's summary.csv row), so a tracker adds no device
@@ -126,8 +126,8 @@ def failure_text(err: BaseException, limit: int = 300) -> str:
 
 @dataclass
 class TrackerFeed:
-    """One tracker behind a queue and a daemon thread; the caller's thread never waits on it except at
-    the run's end (``close``), and then at most ``end_seconds``."""
+    """One tracker behind a queue and a daemon thread; the caller's thread waits on it only for its start
+    (``wait_started``) and at the run's end (``wait``), each time until a deadline."""
 
     tracker: Tracker
     start_seconds: float = START_SECONDS
