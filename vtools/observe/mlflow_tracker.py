@@ -28,8 +28,6 @@ from vtools.observe.tracking import RunEnd, TrackedRun, epoch_metrics, step_metr
 from vtools.train.loop import LogPoint
 
 RUN_ID_TAG = "vtools.run_id"
-PARAM_BATCH = 100  # MLflow takes at most 100 params per log_batch
-PARAM_LENGTH = 6000  # and values of at most 6000 characters
 ENV_DEFAULTS = {  # where the environment does not say otherwise
     # a dead server fails a call in seconds, not after minutes of retries
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
@@ -75,19 +73,21 @@ class MlflowRuns:
     def log(self, run_id: str, metrics: dict[str, float], step: int = 0, params: dict[str, Any] | None = None) -> None:
         """Metrics at ``step`` and params, in as many calls as MLflow's batch limits need."""
         from mlflow.entities import Metric, Param
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
         stamp = int(time.time() * 1000)
         rows = [Metric(key, value, stamp, step) for key, value in metrics.items()]
-        texts = [Param(key, param_text(value)) for key, value in (params or {}).items()]
-        for chunk in chunks(texts, PARAM_BATCH):
+        texts = [Param(key, param_text(value, MAX_PARAM_VAL_LENGTH)) for key, value in (params or {}).items()]
+        for chunk in chunks(texts, MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(run_id, params=chunk)
         if rows:
             self.client.log_batch(run_id, metrics=rows)
 
 
-def param_text(value: Any) -> str:
+def param_text(value: Any, limit: int) -> str:
+    """A param's value as MLflow stores it: text, cut to MLflow's own length limit."""
     text = "" if value is None else str(value)
-    return text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:

@@ -131,21 +131,18 @@ class TrackerFeed:
 
     tracker: Tracker
     start_seconds: float = START_SECONDS
-    clock: Callable[[], float] = time.monotonic
     sent: Counter = field(default_factory=Counter)
     done: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, Any, str] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._started = False
         self._failure = ""  # why the tracker was given up ('' while it works)
         self._failed_at = ""  # where the run was then
         self._warned = False
         self._position = AT_START
         self._start_ended = threading.Event()  # set once start() returned or raised
         self._thread = threading.Thread(target=self._work, name=f"tracker {self.tracker.name}", daemon=True)
-        self._began = self.clock()
         self._thread.start()
 
     @property
@@ -155,13 +152,11 @@ class TrackerFeed:
     def send(self, kind: str, payload: Any, position: str) -> None:
         """Hand ``payload`` to the tracker's ``kind`` call; ``position`` says where the run is (for a warning)."""
         self._position = position
-        self._check_start()
         self.sent[kind] += 1
         self._queue.put((kind, payload, position))
 
     def warning(self) -> str | None:
         """The one warning line, the first time it is asked for after the tracker was given up."""
-        self._check_start()
         with self._lock:
             if not self._failure or self._warned:
                 return None
@@ -195,11 +190,6 @@ class TrackerFeed:
             ]
             return f"not logged to {self.label}: {', '.join(parts)} ({self._failure}; from {self._failed_at} on)"
 
-    def _check_start(self) -> None:
-        with self._lock:
-            if not self._started and not self._failure and self.clock() - self._began > self.start_seconds:
-                self._fail(f"it had not started within {self.start_seconds:g} s", AT_START)
-
     def _fail(self, why: str, position: str | None = None) -> None:
         """Give the tracker up at ``position`` (where the run is now, by default); the lock is held."""
         if not self._failure:
@@ -224,7 +214,6 @@ class TrackerFeed:
         with self._lock:
             if self._failure:  # given up while it started
                 return
-            self._started = True
         while (item := self._queue.get()) is not None:
             kind, payload, position = item
             with self._lock:
