@@ -1381,6 +1381,21 @@ ROWS = [
                 ["--output", "{tmp}/out", "--early-stop-patience", "-1"],
                 ["--early-stop-patience must be 0 or more, got -1"],
             ),
+            (
+                "class-weights-file-missing",
+                ["--output", "{tmp}/out", "--class-weights", "{tmp}/none.json"],
+                ["--class-weights {tmp}/none.json: cannot read it (FileNotFoundError"],
+            ),
+            (
+                "class-weights-not-weights",
+                ["--output", "{tmp}/out", "--class-weights", "{tmp}/afile"],
+                ["--class-weights {tmp}/afile: expected class,weight rows or a JSON object/list of weights"],
+            ),
+            (
+                "balanced-sampler-with-aug-repeats",
+                ["--output", "{tmp}/out", "--balanced-sampler", "--aug-repeats", "2"],
+                ["--balanced-sampler and --aug-repeats each choose the epoch's order: give one of them"],
+            ),
         )
     ],
     Row(

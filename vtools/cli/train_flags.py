@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_argument("--validation-batch-size", "-vb", type=int, default=None, help="(default: --batch-size)")
     )
     group.add_argument("--grad-accum-steps", type=int, default=1, help="batches per optimizer update")
+    group.add_argument(
+        "--balanced-sampler",
+        action="store_true",
+        default=False,
+        help="draw each epoch's training images by inverse class frequency (with replacement), so every class "
+        "comes equally often; seeded, sharded across processes, resumable mid-epoch",
+    )
     add_workers(group)
     group = parser.add_argument_group("optimizer")
     group.add_argument("--opt", default="sgd", help="timm optimizer name (default: sgd)")
@@ -231,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--bce-sum", action="store_true", default=False, help="sum the BCE loss over classes")
     group.add_argument("--bce-target-thresh", type=float, default=None, help="binarize BCE targets at this threshold")
     group.add_argument("--bce-pos-weight", type=float, default=None, help="BCE weight of positive targets")
+    group.add_argument(
+        "--class-weights",
+        default="",
+        metavar="balanced|FILE",
+        help="weight each class's loss term: 'balanced' by inverse class frequency (scikit-learn's formula), or "
+        "a file of weights (JSON object or list, or CSV class,weight rows); for imbalanced classes (default: off)",
+    )
     group.add_argument(
         "--aug-repeats",
         type=float,

@@ -6,15 +6,19 @@ measures exactly what train.py runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from timm.layers import convert_sync_batchnorm
 from timm.task import LogitDistillationTask
 
 from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.cli.train_flags import mixup_requested
+from vtools.data.balanced_sampling import BalancedEpochSampler
 from vtools.data.datasets import refuse_known_bad
 from vtools.data.decode import bad_image_handler
 from vtools.data.loaders import DeviceLoader, KeptBatches, eval_device_loader, make_loader
@@ -35,6 +39,7 @@ from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
+from vtools.train.class_weights import class_counts, class_weights_for, rare_classes_note
 from vtools.train.job import AugmentOptions, DataOptions, DistillOptions, DistributedOptions, ModelOptions, TrainJob
 from vtools.train.loop import TrainComponents
 
@@ -114,7 +119,7 @@ def init_head(model: torch.nn.Module, scale: float | None, bias: float | None) -
 class Loaders:
     train: DeviceLoader
     val: DeviceLoader
-    sampler: EpochSampler | StreamOrder  # StreamOrder: shards streamed from a server
+    sampler: EpochSampler | BalancedEpochSampler | StreamOrder  # StreamOrder: shards streamed from a server
     data_config: dict[str, Any]
     channels_last: bool
 
@@ -126,6 +131,43 @@ class Loaders:
 def train_sampler(length: int, seed: int, aug_repeats: float, dist_info: DistInfo) -> EpochSampler:
     """This rank's share of each epoch's seeded order (``aug_repeats``: timm's repeated order)."""
     return EpochSampler(length, seed, dist_info.rank, dist_info.world_size, repeats=aug_repeats)
+
+
+def balanced_sampler(source: Source, seed: int, augment: AugmentOptions, dist_info: DistInfo) -> BalancedEpochSampler:
+    """--balanced-sampler: this rank's share of each epoch's draw by inverse class frequency."""
+    labels = source.samples.labels
+    if labels is None:
+        raise UsageError(
+            f"--balanced-sampler needs every training label before training, which {source.description} does "
+            "not give (class folders do); use --class-weights FILE instead"
+        )
+    if augment.aug_repeats:
+        raise UsageError("--balanced-sampler and --aug-repeats each choose the epoch's order: give one of them")
+    return BalancedEpochSampler(np.asarray(labels), seed, dist_info.rank, dist_info.world_size)
+
+
+def class_balance(
+    augment: AugmentOptions, data: DataOptions, source: Source, classes: list[str], say: Callable[[str], None]
+) -> torch.Tensor | None:
+    """The loss's class weights (--class-weights; None without it), and the start line naming the rare
+    classes when the loss or the sampler balances them."""
+    labels = None if source.samples.labels is None else np.asarray(source.samples.labels)
+    if labels is not None and (augment.class_weights or data.balanced_sampler):
+        what = " and ".join(
+            part
+            for part, on in (
+                (f"class weights ({Path(augment.class_weights).name})", augment.class_weights),
+                ("balanced sampler", data.balanced_sampler),
+            )
+            if on
+        )
+        note = rare_classes_note(class_counts(labels, len(classes)), classes, what)
+        if note:
+            say(note)
+    if not augment.class_weights:
+        return None
+    weights = class_weights_for(augment.class_weights, labels, classes, source.description)
+    return torch.tensor(weights, dtype=torch.float32)
 
 
 def fit_batch_to_set(
@@ -184,6 +226,8 @@ def build_loaders(
     channels_last = use_channels_last(job.model.channels_last, model, device)
     batches: Any
     if isinstance(train_source.samples, StreamedShards):
+        if data.balanced_sampler:
+            raise UsageError("--balanced-sampler needs indexed data; shards from a server are read as a stream")
         if job.augment.aug_repeats:
             raise UsageError("--aug-repeats needs indexed data; shards from a server are read as a stream")
         batches = stream_loader(
@@ -205,7 +249,11 @@ def build_loaders(
         train_set = SeededSamples(
             train_source.images(transform, mode, keep), seed, replace_bad=data.on_bad_image == "skip"
         )
-        sampler = train_sampler(len(train_set), seed, job.augment.aug_repeats, dist_info)
+        sampler = (
+            balanced_sampler(train_source, seed, job.augment, dist_info)
+            if data.balanced_sampler
+            else train_sampler(len(train_set), seed, job.augment.aug_repeats, dist_info)
+        )
         if len(sampler.order) < data.batch_size:
             raise UsageError(
                 f"--batch-size {data.batch_size} is larger than the {len(sampler.order)} training images per process"
@@ -326,9 +374,11 @@ def build_components(
     amp: Any,
     dist_info: DistInfo,
     dtype: torch.dtype | None = None,
+    class_weights: torch.Tensor | None = None,
 ) -> tuple[TrainComponents, float, int]:
     """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
-    rate, and the number of epochs to train (timm's: warmup prefix and cool-down included)."""
+    rate, and the number of epochs to train (timm's: warmup prefix and cool-down included);
+    ``class_weights`` (--class-weights) weight the loss's classes."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
     optim = job.optim
@@ -341,7 +391,7 @@ def build_components(
     scheduler, num_epochs = recipe.build_scheduler(
         optimizer, optim, updates_per_epoch, job.run.eval_metric, job.run.seed
     )
-    loss_fn = recipe.build_train_loss(job.augment, mixup is not None).to(device)
+    loss_fn = recipe.build_train_loss(job.augment, mixup is not None, class_weights).to(device)
     parts = TrainComponents(
         model=model,
         optimizer=optimizer,

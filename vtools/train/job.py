@@ -33,6 +33,7 @@ class DataOptions:
     on_bad_image: str  # error or skip
     batch_size: int  # per process; the run may fit it to a tiny set (fit_batch_to_set)
     validation_batch_size: int | None  # None: --batch-size
+    balanced_sampler: bool  # draw training images by inverse class frequency
     wds_shuffle_size: int  # shards streamed from a server: each worker's shuffle buffer, in samples
 
 
@@ -149,6 +150,7 @@ class AugmentOptions:
     bce_sum: bool
     bce_target_thresh: float | None
     bce_pos_weight: float | None
+    class_weights: str  # 'balanced', a weights file, or '' for none
     aug_repeats: float  # timm's repeated-augmentation order (0: off)
 
 

@@ -100,21 +100,45 @@ def build_mixup(augment: AugmentOptions, num_classes: int) -> Mixup | None:
     )
 
 
-def build_train_loss(augment: AugmentOptions, mixup_active: bool) -> torch.nn.Module:
+def build_train_loss(
+    augment: AugmentOptions, mixup_active: bool, class_weights: torch.Tensor | None = None
+) -> torch.nn.Module:
     """timm train.py's choice: under mixup soft-target CE (BCE with --bce-loss); else with --smoothing
-    label-smoothing CE (BCE with --bce-loss); else plain CE, --bce-loss or not."""
+    label-smoothing CE (BCE with --bce-loss); else plain CE, --bce-loss or not. ``class_weights``
+    (--class-weights) weight each class's term: timm's BCE takes them as its ``weight``; cross-entropy
+    becomes torch's weighted one (its label smoothing, soft targets under mixup)."""
     bce = {
         "target_threshold": augment.bce_target_thresh,
         "sum_classes": augment.bce_sum,
         "pos_weight": augment.bce_pos_weight,
+        "weight": class_weights,
     }
     if mixup_active:
-        return BinaryCrossEntropy(**bce) if augment.bce_loss else SoftTargetCrossEntropy()
-    if augment.smoothing:
         if augment.bce_loss:
-            return BinaryCrossEntropy(smoothing=augment.smoothing, **bce)
+            return BinaryCrossEntropy(**bce)
+        return SoftTargetCrossEntropy() if class_weights is None else WeightedCrossEntropy(class_weights, 0.0)
+    if augment.smoothing and augment.bce_loss:
+        return BinaryCrossEntropy(smoothing=augment.smoothing, **bce)
+    if class_weights is not None:
+        return WeightedCrossEntropy(class_weights, augment.smoothing)
+    if augment.smoothing:
         return LabelSmoothingCrossEntropy(smoothing=augment.smoothing)
     return torch.nn.CrossEntropyLoss()
+
+
+class WeightedCrossEntropy(torch.nn.Module):
+    """torch's class-weighted cross-entropy on class indices (with label smoothing) or soft targets; the
+    weights live as a buffer so they follow the loss to the device, in the logits' dtype."""
+
+    def __init__(self, weight: torch.Tensor, smoothing: float) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.smoothing = smoothing
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(
+            logits, target, weight=self.weight.to(logits.dtype), label_smoothing=self.smoothing
+        )
 
 
 def build_train_transform(augment: AugmentOptions, data_config: dict[str, Any]) -> Any:

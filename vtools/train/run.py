@@ -39,6 +39,7 @@ from vtools.train.assemble import (
     build_datasets,
     build_loaders,
     build_model,
+    class_balance,
     fit_batch_to_set,
     wrap_for_speed,
 )
@@ -385,12 +386,13 @@ def set_up(
         check_same_experiment(
             resume_state, folder.resume, saved, job.optim.epochs, data.classes, len(data.train), dist_info, say, elastic
         )
+    class_weights = class_balance(job.augment, job.data, data.train, data.classes, say)
     model = build_model(job.model, data.num_classes, device, runtime.model_dtype)
     loaders = build_loaders(
         job, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
     )
     parts, lr, num_epochs = build_components(
-        job, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype
+        job, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype, class_weights
     )
     manager = CheckpointManager(
         folder.path,
