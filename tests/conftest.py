@@ -414,3 +414,30 @@ def folder_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(os, "scandir", counted)
     monkeypatch.setattr(split_scan, "_kept", type(split_scan._kept)())
     return seen
+
+
+def fashion_pairs(root: Path, train: int, val: int, seed: int = 0) -> Path:
+    """A multi-label set from the shipped subset's CLASSES: ``train`` / ``val`` images per split, each two
+    28x28 images side by side (56 wide, 28 high), labelled with the set of their classes (one when both are
+    of one class), as ``<root>/<split>/images/*.png`` and ``<root>/<split>/labels.csv``. The left image's
+    class goes round the CLASSES (every class is in a split of 4 or more), the right one's is drawn; both
+    images are drawn from their class, all from ``seed``."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train), ("val", val)):
+        files = {name: sorted((REPO / "data/fashion-mnist-mini" / split / name).glob("*.png")) for name in CLASSES}
+        (root / split / "images").mkdir(parents=True)
+        rows = ["image,labels"]
+        for index in range(count):
+            left, right = CLASSES[index % len(CLASSES)], CLASSES[int(rng.integers(len(CLASSES)))]
+            halves = [
+                np.asarray(Image.open(files[name][int(rng.integers(len(files[name])))]).convert("L"))
+                for name in (left, right)
+            ]
+            name = f"images/{index:05d}.png"
+            Image.fromarray(np.hstack(halves)).save(root / split / name)
+            rows.append(f"{name},{' '.join(sorted({left, right}))}")
+        (root / split / "labels.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root

@@ -131,6 +131,7 @@ INFERENCE_EDGE_ONLY = {
         "a column of the rows the command writes",
     ),
     "results_separate_col": "a column of the rows the command writes",
+    "threshold": "a multi-label model's classes chosen from predict's scores (above_threshold)",
 }
 INFERENCE_RESOLVED = {"use_test_size", "reparam", "crop_border_pixels"}  # inference.py has no such flags
 

@@ -1392,12 +1392,47 @@ ROWS = [
                 ["--class-weights {tmp}/afile: expected class,weight rows or a JSON object/list of weights"],
             ),
             (
+                "eval-metric-map-on-single-label-data",
+                ["--output", "{tmp}/out", "--eval-metric", "map"],
+                ["--eval-metric map needs multi-label data; {fashion4}/train (240 images) has one label per image"],
+            ),
+            (
                 "balanced-sampler-with-aug-repeats",
                 ["--output", "{tmp}/out", "--balanced-sampler", "--aug-repeats", "2"],
                 ["--balanced-sampler and --aug-repeats each choose the epoch's order: give one of them"],
             ),
         )
     ],
+    *[
+        Row(
+            f"{flag.lstrip('-')}-on-multi-label-data",
+            ["train.py", "--data-dir", "{tmp}/ml", "--model", "test_resnet", "--output", "{tmp}/out", flag, *value],
+            2,
+            [
+                f"{flag} balances single-label classes; {{tmp}}/ml/train (2 images, multi-label: 2 classes from "
+                "labels.csv) is multi-label"
+            ],
+            files={"ml/train/labels.csv": "a.png,cat\nb.png,dog\n", "ml/validation/labels.csv": "c.png,cat\n"},
+        )
+        for flag, value in (("--class-weights", ["balanced"]), ("--balanced-sampler", []))
+    ],
+    Row(
+        "multi-label-training-with-single-label-validation",
+        ["train.py", "--data-dir", "{tmp}/ml", "--model", "test_resnet", "--output", "{tmp}/out"],
+        2,
+        ["{tmp}/ml/train (2 images, multi-label: 2 classes from labels.csv) is multi-label but {tmp}/ml/validation"],
+        files={"ml/train/labels.csv": "a.png,cat\nb.png,dog\n", "ml/validation/cat/c.png": "not an image"},
+    ),
+    Row(
+        "validate-metrics-avg-on-multi-label-data",
+        ["validate.py", "{tmp}/ml", "--model", "{custom_model_dir}", "--split", "train", "--metrics-avg", "macro"],
+        2,
+        [
+            "--metrics-avg scores single-label data; {tmp}/ml/train (2 images, multi-label: 3 classes from "
+            "labels.csv) is multi-label"
+        ],
+        files={"ml/train/labels.csv": "a.png,cat\nb.png,dog\n"},
+    ),
     Row(
         "yaml-names-one-option-twice",
         ["train.py", "-c", "{tmp}/run.yaml"],

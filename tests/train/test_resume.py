@@ -483,6 +483,7 @@ CHANGEABLE_BEFORE_TAGS = frozenset(
 ) | {"recovery_interval", "recovery_keep", "dist_timeout"}  # added with recovery checkpoints (issue 35)
 CHANGEABLE_BEFORE_TAGS |= set(TRACKER_DESTS)  # where figures are sent (issue 37)
 CHANGEABLE_BEFORE_TAGS |= {"early_stop_patience", "early_stop_min_delta"}  # a resume may extend the patience
+CHANGEABLE_BEFORE_TAGS |= {"threshold"}  # where multi-label predictions are counted: figures, not training
 
 
 def test_the_flags_declare_what_a_resume_may_change() -> None:

@@ -24,6 +24,7 @@ SETTINGS = EpochSettings(
     batch_size=8,
     mixup_off_epoch=0,
     eval_metric="top1",
+    threshold=0.5,
     dist_bn="reduce",
     sync_bn=False,
     ema_force_cpu=False,

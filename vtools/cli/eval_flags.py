@@ -12,6 +12,7 @@ from typing import Any
 
 from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.cli.timm_compat import add_refused, mark_no_op
+from vtools.errors import UsageError
 from vtools.results import RESULT_FORMATS
 
 NUM_GPU_REASON = (
@@ -52,6 +53,25 @@ RESULTS_SPECS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         },
     ),
 }
+
+
+def add_threshold(group: argparse._ArgumentGroup, what: str) -> argparse.Action:
+    """--threshold, the probability from which a multi-label model's class counts as predicted; ``what``
+    says what it decides in this script."""
+    return group.add_argument(
+        "--threshold",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help=f"multi-label models: a class counts as predicted when its probability is at least P ({what}) "
+        "(default: 0.5)",
+    )
+
+
+def check_threshold(args: argparse.Namespace) -> None:
+    """--threshold is a probability."""
+    if not 0 <= args.threshold <= 1:
+        raise UsageError(f"--threshold must be from 0 to 1, got {args.threshold}")
 
 
 def add_split(group: argparse._ArgumentGroup, script: str) -> None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.eval_flags import add_eval_model_args, add_results_file_and_format, add_split
+from vtools.cli.eval_flags import (
+    add_eval_model_args,
+    add_results_file_and_format,
+    add_split,
+    add_threshold,
+    check_threshold,
+)
 from vtools.cli.flag_values import LABEL_TYPE_CHOICES
 from vtools.cli.options import (
     add_data_source_args,
@@ -82,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="leave the scores out: only indices and labels (needs --topk 1 or more)",
     )
+    add_threshold(group, "each image lists every such class, with its probability, instead of the top-k")
     return parser
 
 
@@ -101,5 +108,6 @@ def check_inference_args(args: argparse.Namespace) -> None:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
     if args.topk < 0:
         raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
+    check_threshold(args)
     if args.exclude_output and args.topk == 0:
         raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")

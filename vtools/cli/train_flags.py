@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vtools.cli.config import add_config_flag, parse_with_config
+from vtools.cli.eval_flags import add_threshold
 from vtools.cli.flag_values import KeyValuePairs, positive_seconds, recovery_interval
 from vtools.cli.options import (
     add_batch_size,
@@ -357,9 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--eval-metric",
         default="top1",
-        choices=("top1", "top5", "loss"),
-        help="metric that picks the best checkpoint (default: top1)",
+        choices=("top1", "top5", "loss", "map"),
+        help="metric that picks the best checkpoint; map (mean average precision) for multi-label data, which "
+        "takes it whatever is given (default: top1)",
     )
+    may_change_on_resume(add_threshold(group, "precision, recall and F1 in summary.csv and the class report"))
     may_change_on_resume(  # a resume may extend the patience: the wait is read back from summary.csv
         group.add_argument(
             "--early-stop-patience",
@@ -584,6 +587,7 @@ VALUE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
             "color_jitter_prob",
             "grayscale_prob",
             "gaussian_blur_prob",
+            "threshold",
         ),
         (lambda v: 0 <= v <= 1, "from 0 to 1"),
     ),

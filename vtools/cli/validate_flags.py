@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.eval_flags import add_eval_model_args, add_results_file_and_format, add_split
+from vtools.cli.eval_flags import (
+    add_eval_model_args,
+    add_results_file_and_format,
+    add_split,
+    add_threshold,
+    check_threshold,
+)
 from vtools.cli.flag_values import CALIBRATION_BINS, METRICS_AVERAGE_CHOICES
 from vtools.cli.options import (
     add_data_source_args,
@@ -120,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"equal-width confidence bins of the reliability diagram and ECE (default: {CALIBRATION_BINS})",
     )
+    add_threshold(group, "precision, recall and F1 in the results and the class report")
     add_mlflow_args(parser.add_argument_group("experiment tracking"), training=False)
     return parser
 
@@ -128,6 +135,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """validate.py's options, with every check that reads only them done."""
     args = build_parser().parse_args(argv)
     check_values(args)
+    check_threshold(args)
     if args.report:
         check_report_args(args)
     return args

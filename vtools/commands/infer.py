@@ -24,7 +24,8 @@ from vtools.data.readers.scan import EntryList
 from vtools.errors import UsageError
 from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.loops import predict
-from vtools.models.create import model_files, model_label
+from vtools.evaluation.multilabel_eval import above_threshold
+from vtools.models.create import is_multi_label_model, model_files, model_label
 from vtools.models.folder import label_lookup
 from vtools.observe.profiling import StepProfiler
 from vtools.outputs import Output, check_outputs
@@ -47,14 +48,19 @@ def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
 
 
 def make_rows(
-    args: argparse.Namespace, name_of: Callable[[int], str], outputs: list[tuple], labels: list[str] | None
+    args: argparse.Namespace,
+    name_of: Callable[[int], str],
+    outputs: list[tuple],
+    labels: list[str] | None,
+    always_lists: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per image, with timm's inference.py columns: the file name (--filename-col), then the
     top-k class indices (--index-col, with --include-index), labels (--label-col) and scores
     (--output-col; left out with --exclude-output); a scalar each when K = 1, a list each when K > 1,
     or one column per rank (``<col>_<i>``) with --results-separate-col. ``--topk 0`` gives every
     class's score: one column per class named ``<output col>:<class>``, or with --results-separate-col
-    ``<output col>_<i>`` as timm's."""
+    ``<output col>_<i>`` as timm's. ``always_lists`` (a multi-label model's classes above --threshold,
+    as many as there are) keeps a list even for one class."""
     output_col = args.output_col or args.output_type
     rows = []
     for indices, scores, classes in outputs:
@@ -85,7 +91,7 @@ def make_rows(
                 if separate:
                     row.update({f"{column}_{i}": item for i, item in enumerate(items)})
                 else:
-                    row[column] = items[0] if len(items) == 1 else items
+                    row[column] = items[0] if len(items) == 1 and not always_lists else items
             rows.append(row)
     return rows
 
@@ -155,8 +161,15 @@ def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tupl
     skipped: list[str] = []
     loader = model.loader(source, options, runtime, "inference", skipped)
     profiler = StepProfiler(args.profile, runtime.device, Path(args.results_dir or "."), _profile_label(args))
-    outputs = list(predict(model.module, profiler.wrap(loader), runtime.amp, args.topk, args.output_type))
-    return make_rows(args, source.samples.name, outputs, labels), skipped
+    multi_label = is_multi_label_model(args.model)
+    topk = 0 if multi_label else args.topk  # a multi-label model's classes are chosen by --threshold
+    outputs = list(
+        predict(model.module, profiler.wrap(loader), runtime.amp, topk, args.output_type, multi_label=multi_label)
+    )
+    if multi_label and args.topk:
+        print(f"multi-label model: each image lists every class with probability >= {args.threshold} (not the top-k)")
+        outputs = list(above_threshold(outputs, args.threshold, args.output_type))
+    return make_rows(args, source.samples.name, outputs, labels, always_lists=multi_label), skipped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
 from vtools.errors import EXIT_STREAM_LOST, UsageError
 from vtools.evaluation.loops import EvalResult
-from vtools.evaluation.report_files import OVERALL
+from vtools.evaluation.report_files import CONFUSION, OVERALL
 from vtools.models.create import weights_description
 from vtools.observe.curves import ScalarLog, plot_runs, read_summary_rows
 from vtools.observe.data_wait import DataWaitVerdict, LoaderSetting
@@ -261,7 +261,7 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
         if training.dist_info.is_main:
             watch.scalars.epoch(saved.row)
             watch.trackers.epoch(saved.row)
-            say(epoch_line(epoch, result, metrics, saved.best, training.clock.since_epoch_start))
+            say(epoch_line(epoch, result, saved.metrics, saved.best, training.clock.since_epoch_start))
             verdict = watch.data_wait.epoch(epoch, result.data_wait)
             if verdict:
                 say(verdict)
@@ -358,10 +358,12 @@ def recovery_lines(training: TrainingRun) -> list[str]:
 
 
 def draw_eval_report(claim: FolderClaim) -> str:
-    """The pictures of ``<run>/eval``'s report, or why there are none."""
+    """The pictures of ``<run>/eval``'s report, or why there are none (a multi-label report is tables only)."""
     folder = claim.folder / EVAL_DIR
     if not (folder / OVERALL).is_file():
         return ""
+    if not (folder / CONFUSION).is_file():
+        return f"class report: {folder} (per-class AP, precision, recall and F1)"
     missing = draw_report_or_why_not(folder, before_write=lambda path: claim.wrote(path, created=not path.exists()))
     if missing is not None:
         return f"class report: {folder} (no pictures: {missing})"
@@ -399,7 +401,11 @@ def epoch_line(epoch: int, result: EpochResult, metrics: EvalResult | None, best
     """The epoch's figures, its data-wait share and its duration (training, validation and saving)."""
     line = f"epoch {epoch}: train_loss {result.loss:.4f}  "
     if metrics is not None:
-        line += f"eval_loss {metrics.loss:.4f}  top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  "
+        line += f"eval_loss {metrics.loss:.4f}  " + (
+            f"mAP {metrics.map:.2f}  F1 {metrics.f1:.2f}  "
+            if metrics.multi_label
+            else f"top1 {metrics.top1:.2f}  top5 {metrics.top5:.2f}  "
+        )
     else:
         line += "(not validated: --val-interval)  "
     if result.steps:

@@ -27,11 +27,13 @@ from vtools.data.readers.folder import (
     labelled_images,
     resolve_split_dir,
 )
+from vtools.data.readers.label_file import find_label_file
 from vtools.data.readers.registry import DatasetOptions, SourceRequest, open_source
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.assembly import EvalOptions
 from vtools.evaluation.batch_retry import with_smaller_batches
 from vtools.evaluation.class_report import ClassReport
+from vtools.evaluation.multilabel_metrics import MultiLabelReport
 from vtools.evaluation.report_files import CONFUSION_CELLS, report_file_names
 from vtools.evaluation.validation import ValidationOptions, validate_model
 from vtools.models.create import model_files, model_label
@@ -95,7 +97,7 @@ def check_data_first(args: argparse.Namespace) -> None:
     root = args.data or args.data_dir
     if not root:
         raise UsageError("give the data to validate (DIR or --data-dir)")
-    if args.dataset:
+    if args.dataset or find_label_file(resolve_split_dir(root, args.split)):  # a labels file: its own checks
         open_source(SourceRequest.for_split(typed_options(DatasetOptions, args), root, args.split))
     else:  # empty class folders are judged once the model says how labels are matched
         found = labelled_images(resolve_split_dir(root, args.split), check_empty=False)
@@ -125,7 +127,9 @@ def validate_one(
         return StepProfiler(args.profile, runtime.device, _profile_folder(args), label).wrap(loader)
 
     result = validate_model(model_name, checkpoint, options, runtime, report_dir, profiled)
-    if result.report is not None and report_dir is not None:
+    if isinstance(result.report, MultiLabelReport) and report_dir is not None:
+        print(f"class report: {report_dir} (per-class AP, precision, recall and F1)")
+    elif result.report is not None and report_dir is not None:
         print(f"class report: {report_dir} ({report_summary(result.report)}){draw_pictures(report_dir)}")
     return result.row
 
@@ -248,7 +252,7 @@ def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
     with validation_trackers(args.log_mlflow, args.mlflow_experiment, tracked_options(args), tags, print) as trackers:
         with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
             rows, failures = validate_pairs(args, pairs, reports, runtime, trackers)
-        print(format_table(rows, RESULT_COLUMNS + (["checkpoint"] if args.checkpoint else [])))
+        print(format_table(rows, result_columns(rows) + (["checkpoint"] if args.checkpoint else [])))
         fallbacks_file = None
         if args.results_file and rows:
             write_rows(args.results_file, rows, args.results_format)
@@ -269,6 +273,13 @@ RESULT_COLUMNS = [  # the console table's columns
     *("model", "top1", "top5", "loss", "samples"),
     *("param_count", "img_size", "device", "amp_dtype", "img_per_sec"),
 ]
+
+
+def result_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The console table's columns: a multi-label split's rows show mAP and F1 where top-k would be."""
+    if not rows or "map" not in rows[0]:
+        return RESULT_COLUMNS
+    return ["model", "map", "map_micro", "f1", *RESULT_COLUMNS[3:]]
 
 
 def validate_pairs(
@@ -293,9 +304,13 @@ def validate_pairs(
             failures.append((name, err))
             print(f" * {name}: not validated: {err}", flush=True)
             continue
+        scores = (
+            f"mAP {row['map']:.3f} (micro {row['map_micro']:.3f}) F1 {row['f1']:.3f} at {row['threshold']}"
+            if "map" in row
+            else f"Acc@1 {row['top1']:.3f} ({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f})"
+        )
         print(
-            f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: Acc@1 {row['top1']:.3f} "
-            f"({row['top1_err']:.3f}) Acc@5 {row['top5']:.3f} ({row['top5_err']:.3f}) "
+            f" * {row['model']}{' @ ' + checkpoint if checkpoint else ''}: {scores} "
             f"loss {row['loss']:.4f} on {row['samples']} images{_skipped_text(row)}, {row['img_per_sec']:.1f} img/s"
             + _metrics_line(row, args.metrics_avg),
             flush=True,

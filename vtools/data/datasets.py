@@ -17,6 +17,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from vtools.data.decode import BadSample, RawSample, open_image, refusal
+from vtools.data.label_sets import LabelSets
 from vtools.data.readers.path_table import PathTable
 from vtools.data.step_errors import bad_sample_from
 from vtools.data.train_augment import FusedTrainAugment
@@ -31,6 +32,7 @@ class SampleStore(Protocol):
     labels: Sequence[int] | None = None  # every label, when known before any sample is read (class folders)
     paths: Sequence[str] = ()  # the image files, when the store is files
     own_names: bool = True  # name() gives a sample's own name (file, shard key, row), not only its position
+    label_sets: LabelSets | None = None  # multi-label data: each sample's classes (its label is a multi-hot row)
 
     def __len__(self) -> int: ...
 

@@ -126,10 +126,11 @@ def _to_8_bit(img: Image.Image) -> Image.Image:
 @dataclass(frozen=True)
 class RawSample:
     """One stored sample before decoding: a file path or the image's bytes, its label (-1 when
-    unlabelled), and the name that messages and results use for it."""
+    unlabelled; a multi-label sample's multi-hot row, see vtools.data.label_sets), and the name that
+    messages and results use for it."""
 
     image: str | bytes
-    label: int
+    label: int | np.ndarray
     name: str
 
 

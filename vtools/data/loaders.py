@@ -51,13 +51,20 @@ class Batch:
         return replace(self, images=self.images.pin_memory(), targets=self.targets.pin_memory())
 
 
+def _targets(labels: list[Any]) -> torch.Tensor:
+    """Class indices (int64), or multi-label samples' multi-hot rows stacked (float32, N x K)."""
+    if labels and isinstance(labels[0], np.ndarray):
+        return torch.from_numpy(np.stack(labels))
+    return torch.tensor(labels, dtype=torch.int64)
+
+
 def collate(items: list[tuple[Any, ...]]) -> Batch:
     """Stack decoded samples; set bad ones aside. An item may carry a fourth element: the bad
     images it replaces."""
     good = [item for item in items if not isinstance(item[0], BadSample)]
     bad = [item[0] for item in items if isinstance(item[0], BadSample)]
     bad += [record for item in items if len(item) > 3 for record in item[3]]
-    targets = torch.tensor([item[1] for item in good], dtype=torch.int64)
+    targets = _targets([item[1] for item in good])
     indices = torch.tensor([item[2] for item in good], dtype=torch.int64)
     if good and isinstance(good[0][0], AugmentedImage):
         images, jitter = _stack_augmented([item[0] for item in good])

@@ -17,13 +17,22 @@ from vtools.runtime.distributed import all_reduce_sum
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Totals over the whole set (all ranks), each sample counted once."""
+    """Totals over the whole set (all ranks), each sample counted once. Multi-label data has no top-k
+    (NaN) and its loss is the mean binary cross-entropy; its mAP and F1 come from its scores afterwards
+    (vtools.evaluation.multilabel_eval)."""
 
     top1: float  # percent
     top5: float  # percent
     loss: float
     count: int
     seconds: float
+    map: float | None = None  # percent: mAP macro (multi-label data only)
+    map_micro: float | None = None  # percent
+    f1: float | None = None  # percent: F1 macro at --threshold
+
+    @property
+    def multi_label(self) -> bool:
+        return self.map is not None
 
     @property
     def images_per_second(self) -> float:
@@ -64,6 +73,7 @@ def evaluate(
     keep = None if output_index is None else torch.as_tensor(list(output_index), dtype=torch.int64, device=device)
     totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
     count = 0  # known on the host: no device sync per batch
+    multi_label = False
     start = time.perf_counter()
     bar = progress(loader, desc, total=len(loader) if hasattr(loader, "__len__") else None, enabled=show_progress)
     for step, batch in enumerate(bar):
@@ -78,22 +88,28 @@ def evaluate(
             logits = logits.index_select(1, keep)
         if on_logits is not None:
             on_logits(logits, batch.targets, batch.indices)
-        loss_sum = F.cross_entropy(logits, batch.targets, reduction="sum")
-        top1, top5 = topk_correct(logits, batch.targets)
+        multi_label = batch.targets.ndim == 2  # multi-hot rows: no top-k, binary cross-entropy per class
+        if multi_label:
+            loss_sum = F.binary_cross_entropy_with_logits(logits, batch.targets, reduction="sum") / logits.shape[1]
+            top1 = top5 = loss_sum.new_zeros(())
+        else:
+            loss_sum = F.cross_entropy(logits, batch.targets, reduction="sum")
+            top1, top5 = topk_correct(logits, batch.targets)
         totals += torch.stack([top1.float(), top5.float(), loss_sum])
         count += len(batch.targets)
         if log is not None and log_freq and step % log_freq == 0:
             seen = max(count, 1)
-            log(
-                f"{desc}: [{step}/{len(bar)}] top1 {100 * totals[0].item() / seen:.2f} "
-                f"top5 {100 * totals[1].item() / seen:.2f} loss {totals[2].item() / seen:.4f}"
-            )
+            hits = totals[:2].tolist()
+            top = "" if multi_label else f"top1 {100 * hits[0] / seen:.2f} top5 {100 * hits[1] / seen:.2f} "
+            log(f"{desc}: [{step}/{len(bar)}] {top}loss {totals[2].item() / seen:.4f}")
     synchronize(device)
     seconds = time.perf_counter() - start
     top1, top5, loss, count = all_reduce_sum(torch.cat([totals, totals.new_tensor([count])])).tolist()
     count = int(round(count))
     if count == 0:
         return EvalResult(0.0, 0.0, float("nan"), 0, seconds)
+    if multi_label:
+        return EvalResult(float("nan"), float("nan"), loss / count, count, seconds)
     return EvalResult(100 * top1 / count, 100 * top5 / count, loss / count, count, seconds)
 
 
@@ -106,10 +122,12 @@ def predict(
     output_type: str = "prob",
     show_progress: bool = True,
     host_every: int = 64,
+    multi_label: bool = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Yield (dataset indices, scores, class indices) per batch on the CPU.
 
-    ``topk == 0`` yields every class's score in class order (class indices None).
+    ``topk == 0`` yields every class's score in class order (class indices None). A ``multi_label``
+    model's probabilities are each class's sigmoid, not a softmax over the classes.
     Results stay on the device and come to the host ``host_every`` batches at a
     time: one synchronisation per chunk instead of one per batch.
     """
@@ -122,7 +140,9 @@ def predict(
             continue
         with amp.autocast():
             logits = model(batch.images)
-        scores = logits.float().softmax(dim=1) if output_type == "prob" else logits.float()
+        scores = logits.float()
+        if output_type == "prob":
+            scores = scores.sigmoid() if multi_label else scores.softmax(dim=1)
         if topk:
             top = scores.topk(min(topk, scores.shape[1]), dim=1)
             pending.append((batch.indices, top.values, top.indices))

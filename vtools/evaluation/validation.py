@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from timm.utils import random_seed
 
-from vtools.data.readers.folder import eval_class_map, resolve_split_dir
+from vtools.data.readers.folder import eval_class_map, read_class_map, resolve_split_dir
+from vtools.data.readers.label_file import find_label_file
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.readers.split_scan import find_class_folders
 from vtools.errors import RunFailed, UsageError
@@ -26,6 +27,8 @@ from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.class_report import ClassReport, build_report
 from vtools.evaluation.loops import EvalResult, evaluate
 from vtools.evaluation.metrics import ClassCounts, RealLabels, check_valid_labels, read_valid_labels
+from vtools.evaluation.multilabel_eval import ScoreLog, scored, write_multilabel_report
+from vtools.evaluation.multilabel_metrics import MultiLabelReport
 from vtools.evaluation.predictions import PredictionLog
 from vtools.evaluation.report_files import write_report
 from vtools.models.folder import class_names_of
@@ -54,6 +57,7 @@ class ValidationOptions:
     calibration_bins: int
     report_worst: int
     log_freq: int
+    threshold: float  # multi-label data: the probability from which a class counts as predicted
 
     @property
     def root(self) -> str:
@@ -85,7 +89,7 @@ class Validation:
     """A validated pair: its results row (timm's keys first) and its class report, when one was asked for."""
 
     row: dict[str, Any]
-    report: ClassReport | None
+    report: ClassReport | MultiLabelReport | None
 
 
 def open_validation_source(
@@ -94,15 +98,31 @@ def open_validation_source(
     """The split to validate, its labels matched to the scored outputs: class folders by their names
     (or --class-map), other sources as they store them; refused when a label is beyond the outputs."""
     class_map = None
+    labels_file = None
     if not options.dataset:
         split_dir = resolve_split_dir(options.root, options.split)
+        labels_file = find_label_file(split_dir)
+    if labels_file is not None:  # multi-label: the file's class names are the model's (or --class-map's)
+        names = outputs.class_names
+        class_map = read_class_map(options.class_map) if options.class_map else None
+        class_map = class_map or ({name: index for index, name in enumerate(names)} if names else None)
+        how = "classes by --class-map" if options.class_map else "classes by the model's names"
+    elif not options.dataset:
         classes = find_class_folders(split_dir)
         class_map, how = eval_class_map(classes, options.class_map, outputs.count, outputs.class_names, split_dir)
     source = open_source(SourceRequest.for_split(options, options.root, options.split, class_map))
     if options.dataset:
         say(f"{source.description}; labels as the dataset stores them")
+    elif labels_file is not None:
+        say(f"{source.description}; {how if class_map else 'classes as the file names them'}")
     else:
         say(f"{split_dir}: {len(classes)} class folders, {len(source)} images; {how}")
+    sets = source.samples.label_sets
+    if sets is not None and sets.num_classes > outputs.count:
+        raise UsageError(
+            f"{source.description} has {sets.num_classes} classes but {options.model} has {outputs.count} outputs; "
+            "pass --class-map or a model trained on these classes"
+        )
     if source.highest_label() >= outputs.count:
         raise UsageError(too_many_classes(source, options.model, outputs.count))
     return source
@@ -124,12 +144,28 @@ class LogitWatchers:
     """What a validation reads from the logits besides top-k: averaged metrics, ReaL labels, the
     per-sample predictions of the class report; each only when asked for."""
 
-    def __init__(self, options: ValidationOptions, source: Source, outputs: int, device: torch.device, report: bool):
+    def __init__(
+        self,
+        options: ValidationOptions,
+        source: Source,
+        outputs: int,
+        device: torch.device,
+        report: bool,
+        multi_label: bool = False,
+    ) -> None:
+        if multi_label:  # every sample's scores, for mAP and F1; top-k figures do not apply
+            for flag, given in (("--metrics-avg", options.metrics_avg), ("--real-labels", options.real_labels)):
+                if given:
+                    raise UsageError(f"{flag} scores single-label data; {source.description} is multi-label")
         self.counts = ClassCounts(outputs, device) if options.metrics_avg else None
         self.real = real_labels(options.real_labels, source, outputs) if options.real_labels else None
-        self.log = PredictionLog() if report else None
+        self.log = PredictionLog() if report and not multi_label else None
+        self.scores = ScoreLog() if multi_label else None
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, indices: torch.Tensor) -> None:
+        if self.scores is not None:
+            self.scores.add(logits, targets, indices)
+            return
         if self.counts is not None:
             self.counts.update(logits, targets)
         if self.real is not None:
@@ -138,7 +174,7 @@ class LogitWatchers:
             self.log.add(logits, targets, indices)
 
     def any(self) -> bool:
-        return self.counts is not None or self.real is not None or self.log is not None
+        return self.counts is not None or self.real is not None or self.log is not None or self.scores is not None
 
 
 def real_labels(real_json: str, source: Source, outputs: int) -> RealLabels:
@@ -167,7 +203,8 @@ def validate_model(
     source = open_validation_source(options, outputs, say)
     skipped: list[str] = []
     loader = model.loader(source, options.evaluation, runtime, "validation", skipped)
-    watchers = LogitWatchers(options, source, outputs.count, runtime.device, report_dir is not None)
+    multi_label = source.samples.label_sets is not None
+    watchers = LogitWatchers(options, source, outputs.count, runtime.device, report_dir is not None, multi_label)
     result = evaluate(
         model.module,
         wrap(loader),
@@ -180,8 +217,15 @@ def validate_model(
         on_logits=watchers if watchers.any() else None,
     )
     check_result(result, name, len(skipped))
-    report = None
-    if watchers.log is not None and report_dir is not None:
+    report: ClassReport | MultiLabelReport | None = None
+    if watchers.scores is not None:
+        names = outputs.class_names or [str(i) for i in range(outputs.count)]
+        gathered = watchers.scores.gather(runtime.device, outputs.count)
+        result, report = scored(result, gathered, options.threshold, names)
+        if report_dir is not None:
+            about = {"model": name, "checkpoint": checkpoint, "device": str(runtime.device)}
+            write_multilabel_report(report_dir, report, about)
+    elif watchers.log is not None and report_dir is not None:
         about = {"model": name, "checkpoint": checkpoint, "device": str(runtime.device)}
         names = outputs.class_names or [str(i) for i in range(outputs.count)]
         predictions = watchers.log.gather(runtime.device)
@@ -213,11 +257,18 @@ def result_row(
     watchers: LogitWatchers,
     skipped: int,
 ) -> dict[str, Any]:
-    """validate.py's results row, in timm's column order."""
+    """validate.py's results row, in timm's column order (a multi-label split's: mAP and F1 for top-k)."""
+    if result.multi_label:
+        scores: dict[str, Any] = {
+            "map": round(result.map, 4),
+            "map_micro": round(result.map_micro, 4),
+            "f1": round(result.f1, 4),
+            "threshold": options.threshold,
+        }
+        return {"model": name, **scores, **pass_columns(checkpoint, runtime, model, result, skipped)}
     real = watchers.real
     top1, top5 = (real.accuracy(1), real.accuracy(5)) if real is not None else (result.top1, result.top5)
     counts = watchers.counts
-    data_config = model.data_config
     return {
         "model": name,
         "top1": round(top1, 4),
@@ -225,6 +276,17 @@ def result_row(
         "top5": round(top5, 4),
         "top5_err": round(100 - top5, 4),
         **(counts.row(options.metrics_avg) if counts is not None and options.metrics_avg else {}),
+        **pass_columns(checkpoint, runtime, model, result, skipped),
+    }
+
+
+def pass_columns(
+    checkpoint: str, runtime: Runtime, model: EvalModel, result: EvalResult, skipped: int
+) -> dict[str, Any]:
+    """The row's columns after the scores: the model's size and preprocessing, the pass's loss, count and
+    speed, and where it ran."""
+    data_config = model.data_config
+    return {
         "param_count": round(model.param_count / 1e6, 2),
         "img_size": data_config["input_size"][-1],
         "crop_pct": data_config["crop_pct"],

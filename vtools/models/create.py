@@ -50,6 +50,18 @@ def model_folder_of(name: str) -> Path | None:
     return Path(normalized.split(":", 1)[1]) if normalized.startswith("local-dir:") else None
 
 
+def is_multi_label_model(name: str) -> bool:
+    """Whether model ``name`` is a model folder a multi-label run exported (config.json's ``multi_label``):
+    its classes are scored each by a sigmoid, and an image may have several or none."""
+    folder = model_folder_of(name)
+    if folder is None or not (folder / "config.json").is_file():
+        return False
+    try:
+        return bool(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("multi_label"))
+    except (OSError, ValueError, AttributeError):
+        return False  # the model's loading says what is wrong with the folder
+
+
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".bin")  # what timm loads from a model folder
 
 

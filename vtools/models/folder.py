@@ -49,9 +49,15 @@ def label_lookup(model: torch.nn.Module, label_type: str) -> list[str] | None:
 
 
 def export_model_folder(
-    model: torch.nn.Module, folder: str | Path, class_names: list[str] | None, data_config: Mapping[str, Any]
+    model: torch.nn.Module,
+    folder: str | Path,
+    class_names: list[str] | None,
+    data_config: Mapping[str, Any],
+    multi_label: bool = False,
 ) -> tuple[Path, list[str]]:
-    """Write config.json + model.safetensors that validate.py / inference.py take as ``--model FOLDER``.
+    """Write config.json + model.safetensors that validate.py / inference.py take as ``--model FOLDER``;
+    ``multi_label`` is recorded in config.json (``"multi_label": true``), so inference.py scores each
+    class with a sigmoid.
 
     Both files are written beside the folder first and each is renamed into it, so a crash never leaves
     a half-written file, and the folder is never missing. Files in it that this export does not write
@@ -66,12 +72,14 @@ def export_model_folder(
     target.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        config = {"label_names": list(class_names)} if class_names else None
+        config: dict[str, Any] = {"label_names": list(class_names)} if class_names else {}
+        if multi_label:
+            config["multi_label"] = True
         keys = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
         save_for_hf(
             model,
             str(staging),
-            model_config=config,
+            model_config=config or None,
             safe_serialization=True,
             data_config={k: data_config[k] for k in keys if k in data_config},
         )

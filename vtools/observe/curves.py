@@ -29,6 +29,9 @@ EPOCH_SCALARS = {
     "eval_loss": "eval/loss",
     "eval_top1": "eval/top1",
     "eval_top5": "eval/top5",
+    "eval_map": "eval/map",
+    "eval_map_micro": "eval/map_micro",
+    "eval_f1": "eval/f1",
     "lr": "lr",
     "img_per_sec": "train/img_per_sec",
     "data_wait": "train/data_wait",
@@ -97,6 +100,17 @@ def best_epoch(run: Path, rows: list[dict[str, str]]) -> int | None:
     return best_epoch_of(epochs, values, higher_is_better(metric))
 
 
+SCORES = {  # summary.csv's score columns, multi-label or not: (column, label) for the main and second score
+    False: (("eval_top1", "top-1"), ("eval_top5", "top-5")),
+    True: (("eval_map", "mAP"), ("eval_map_micro", "mAP micro")),
+}
+
+
+def multi_label_rows(rows: list[dict[str, str]]) -> bool:
+    """Whether summary.csv's rows are a multi-label run's (mAP columns instead of top-k)."""
+    return bool(rows) and "eval_map" in rows[0]
+
+
 def plot_runs(runs: Sequence[Path], out: Path) -> Path:
     """Loss, top-1 and top-5, and lr against epoch for each run, side by side, with each run's best epoch
     marked, as a PNG written atomically."""
@@ -104,25 +118,29 @@ def plot_runs(runs: Sequence[Path], out: Path) -> Path:
     from matplotlib.ticker import MaxNLocator
 
     figure, (loss_ax, top_ax, lr_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    multi_label_seen = False
     for run in runs:
         rows = read_summary_rows(run)
         name = (run if run.is_dir() else run.parent).name
         (line,) = loss_ax.plot(*_series(rows, "train_loss"), label=f"{name} train")
         colour = line.get_color()
         loss_ax.plot(*_series(rows, "eval_loss"), linestyle="--", color=colour, label=f"{name} eval")
-        top_ax.plot(*_series(rows, "eval_top1"), marker=".", color=colour, label=f"{name} top-1")
-        top_ax.plot(*_series(rows, "eval_top5"), linestyle=":", color=colour, label=f"{name} top-5")
+        multi_label_seen = multi_label_seen or multi_label_rows(rows)
+        (main, main_label), (second, second_label) = SCORES[multi_label_rows(rows)]
+        top_ax.plot(*_series(rows, main), marker=".", color=colour, label=f"{name} {main_label}")
+        top_ax.plot(*_series(rows, second), linestyle=":", color=colour, label=f"{name} {second_label}")
         lr_ax.plot(*_series(rows, "lr"), color=colour, label=name)
         best = best_epoch(run, rows)
         if best is not None:
-            epochs, top1 = _series(rows, "eval_top1")
+            epochs, top1 = _series(rows, main)
             for axis in (loss_ax, top_ax, lr_ax):
                 axis.axvline(best, color=colour, linestyle=":", linewidth=0.8, alpha=0.7)
             if best in epochs:
                 value = top1[epochs.index(best)]
                 top_ax.plot([best], [value], marker="*", markersize=12, color=colour, linestyle="none",
-                            label=f"{name} best: epoch {best}, top-1 {value:.2f}")  # fmt: skip
-    for axis, title in ((loss_ax, "loss"), (top_ax, "eval top-1 and top-5 (%)"), (lr_ax, "learning rate")):
+                            label=f"{name} best: epoch {best}, {main_label} {value:.2f}")  # fmt: skip
+    scores_title = "eval mAP, macro and micro (%)" if multi_label_seen else "eval top-1 and top-5 (%)"
+    for axis, title in ((loss_ax, "loss"), (top_ax, scores_title), (lr_ax, "learning rate")):
         axis.set_title(title)
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

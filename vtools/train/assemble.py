@@ -375,10 +375,11 @@ def build_components(
     dist_info: DistInfo,
     dtype: torch.dtype | None = None,
     class_weights: torch.Tensor | None = None,
+    multi_label: bool = False,
 ) -> tuple[TrainComponents, float, int]:
     """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
     rate, and the number of epochs to train (timm's: warmup prefix and cool-down included);
-    ``class_weights`` (--class-weights) weight the loss's classes."""
+    ``class_weights`` (--class-weights) weight the loss's classes; ``multi_label``: multi-hot targets."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
     optim = job.optim
@@ -387,11 +388,11 @@ def build_components(
     updates_per_epoch = loaders.updates_per_epoch(optim.grad_accum_steps)
     lr = recipe.scaled_lr(optim, job.data.batch_size * optim.grad_accum_steps * dist_info.world_size)
     optimizer = recipe.build_optimizer(model, optim, lr)
-    mixup = recipe.build_mixup(job.augment, num_classes)
+    mixup = recipe.build_mixup(job.augment, num_classes, multi_label)
     scheduler, num_epochs = recipe.build_scheduler(
         optimizer, optim, updates_per_epoch, job.run.eval_metric, job.run.seed
     )
-    loss_fn = recipe.build_train_loss(job.augment, mixup is not None, class_weights).to(device)
+    loss_fn = recipe.build_train_loss(job.augment, mixup is not None, class_weights, multi_label).to(device)
     parts = TrainComponents(
         model=model,
         optimizer=optimizer,

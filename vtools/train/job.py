@@ -167,6 +167,7 @@ class RunOptions:
     recovery_interval: int | str  # updates (int) or a time of training ('30m') between recovery checkpoints
     recovery_keep: int  # recovery checkpoints kept
     eval_metric: str  # what makes an epoch the best
+    threshold: float  # multi-label data: the probability from which a class counts as predicted
     early_stop_patience: int  # validations without improvement of eval_metric that end the run (0: off)
     early_stop_min_delta: float  # how much eval_metric must beat its best by to count as an improvement
     val_interval: int  # validate every N epochs (and the last)

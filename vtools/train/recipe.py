@@ -84,8 +84,9 @@ def mean_lr(optimizer: torch.optim.Optimizer) -> float:
     return sum(rates) / len(rates)
 
 
-def build_mixup(augment: AugmentOptions, num_classes: int) -> Mixup | None:
-    """Mixup/CutMix on device batches, or None when both are off."""
+def build_mixup(augment: AugmentOptions, num_classes: int, multi_label: bool = False) -> Mixup | None:
+    """Mixup/CutMix on device batches, or None when both are off; ``multi_label``: timm's mixing of
+    multi-hot targets (each label smoothed towards 0.5)."""
     if not mixup_requested(augment):  # the rule lives with the flags, which check --batch-size by it
         return None
     return Mixup(
@@ -97,22 +98,31 @@ def build_mixup(augment: AugmentOptions, num_classes: int) -> Mixup | None:
         mode=augment.mixup_mode,
         label_smoothing=augment.smoothing,
         num_classes=num_classes,
+        multi_label=multi_label,
     )
 
 
 def build_train_loss(
-    augment: AugmentOptions, mixup_active: bool, class_weights: torch.Tensor | None = None
+    augment: AugmentOptions,
+    mixup_active: bool,
+    class_weights: torch.Tensor | None = None,
+    multi_label: bool = False,
 ) -> torch.nn.Module:
     """timm train.py's choice: under mixup soft-target CE (BCE with --bce-loss); else with --smoothing
     label-smoothing CE (BCE with --bce-loss); else plain CE, --bce-loss or not. ``class_weights``
     (--class-weights) weight each class's term: timm's BCE takes them as its ``weight``; cross-entropy
-    becomes torch's weighted one (its label smoothing, soft targets under mixup)."""
+    becomes torch's weighted one (its label smoothing, soft targets under mixup). ``multi_label``
+    (multi-hot targets): timm's BCE always, --smoothing moving each label towards 0.5 (done by timm's
+    mixup when it is on)."""
     bce = {
         "target_threshold": augment.bce_target_thresh,
         "sum_classes": augment.bce_sum,
         "pos_weight": augment.bce_pos_weight,
         "weight": class_weights,
     }
+    if multi_label:
+        smoothing = 0.0 if mixup_active else augment.smoothing
+        return BinaryCrossEntropy(smoothing=smoothing, smooth_dense=True, **bce)
     if mixup_active:
         if augment.bce_loss:
             return BinaryCrossEntropy(**bce)

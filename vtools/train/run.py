@@ -24,6 +24,7 @@ from vtools.data.readers.registry import Source
 from vtools.data.readers.wds_stream import StreamLost
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult, evaluate
+from vtools.evaluation.multilabel_eval import ScoreLog, scored
 from vtools.evaluation.predictions import PredictionLog
 from vtools.models.create import create_model
 from vtools.models.prepare import unwrap
@@ -93,6 +94,7 @@ class EpochSettings:
     batch_size: int  # after fit_batch_to_set: the size the run trains with
     mixup_off_epoch: int
     eval_metric: str
+    threshold: float  # multi-label data: where a class counts as predicted
     dist_bn: str
     sync_bn: bool
     ema_force_cpu: bool
@@ -105,6 +107,7 @@ class EpochSettings:
             batch_size=job.data.batch_size,
             mixup_off_epoch=job.augment.mixup_off_epoch,
             eval_metric=job.run.eval_metric,
+            threshold=job.run.threshold,
             dist_bn=job.distributed.dist_bn,
             sync_bn=job.distributed.sync_bn,
             ema_force_cpu=job.optim.model_ema_force_cpu,
@@ -120,13 +123,20 @@ class TrainingData:
     classes: list[str]
     num_classes: int
 
+    @property
+    def multi_label(self) -> bool:
+        """Whether each image carries a set of classes (multi-hot targets, scored by mAP)."""
+        return self.train.samples.label_sets is not None
+
 
 @dataclass(frozen=True)
 class SavedEpoch:
-    """An epoch's summary.csv row and whether it is the run's best (known on rank 0 only)."""
+    """An epoch's summary.csv row, whether it is the run's best (known on rank 0 only), and its validation
+    figures (a multi-label run's with its mAP)."""
 
     row: dict[str, Any]
     best: bool
+    metrics: EvalResult | None
 
 
 @dataclass(frozen=True)
@@ -236,10 +246,10 @@ class TrainingRun:
 
     def validate_epoch(
         self, epoch: int, result: EpochResult, stop: StopRequest
-    ) -> tuple[EvalResult | None, PredictionLog]:
-        """The epoch's validation figures and predictions; no figures where --val-interval skips it, it was
-        interrupted, or a signal stopped the validation."""
-        predictions = PredictionLog()
+    ) -> tuple[EvalResult | None, PredictionLog | ScoreLog]:
+        """The epoch's validation figures and predictions (multi-label data: scores); no figures where
+        --val-interval skips it, it was interrupted, or a signal stopped the validation."""
+        predictions = ScoreLog() if self.data.multi_label else PredictionLog()
         if not self.validates(epoch) or result.interrupted:
             return None, predictions
         try:
@@ -296,14 +306,26 @@ class TrainingRun:
             return self.manager.save_interrupted(state)
 
     def save_epoch(
-        self, epoch: int, result: EpochResult, metrics: EvalResult | None, predictions: PredictionLog, stop: StopRequest
+        self,
+        epoch: int,
+        result: EpochResult,
+        metrics: EvalResult | None,
+        predictions: PredictionLog | ScoreLog,
+        stop: StopRequest,
     ) -> SavedEpoch:
         """Step the schedule and save the finished epoch: its checkpoint, summary.csv and, for a new best,
         its class report. A diverged epoch ends the run before it is saved."""
         check_finite(epoch, metrics, self.parts.model)
         if metrics is not None:
             self.clock.validated(metrics.seconds)
-        gathered = predictions.gather(self.parts.device) if metrics is not None else None  # every rank's samples
+        names = output_names(self.data.classes, self.data.num_classes)
+        gathered: Any = None
+        if metrics is not None and isinstance(predictions, ScoreLog):  # every rank scores every rank's samples
+            metrics, gathered = scored(
+                metrics, predictions.gather(self.parts.device, len(names)), self.settings.threshold, names
+            )
+        elif metrics is not None:
+            gathered = predictions.gather(self.parts.device)  # every rank's samples
         if self.continues(epoch, result) and not self.loaders.train.started:
             start_epoch(self.loaders, epoch + 1)  # validated on the host's cores: decode during the checkpoint
         lr_used = recipe.mean_lr(self.parts.optimizer)  # before the step: the rate this epoch trained with
@@ -311,16 +333,15 @@ class TrainingRun:
         if self.parts.scheduler is not None:
             self.parts.scheduler.step(epoch + 1, metric)  # as timm: after validation, fed its metric
         state = self.checkpoint_state(Position(epoch + 1, 0, self.num_updates), None)
-        self.summary_rows.append(summary_row(epoch, result, metrics, lr_used))
+        self.summary_rows.append(summary_row(epoch, result, metrics, lr_used, self.data.multi_label))
         best = False
         if self.dist_info.is_main:
             with stop.shielded():
                 best = self.manager.save(state, epoch, metric)
                 write_summary(self.claim, self.summary_rows)
                 if best and gathered is not None:
-                    names = output_names(self.data.classes, self.data.num_classes)
                     write_eval_report(self.claim, gathered, names, self.data.val, epoch)
-        return SavedEpoch(self.summary_rows[-1], best)
+        return SavedEpoch(self.summary_rows[-1], best, metrics)
 
     def stops_after(self, epoch: int, stop: StopRequest) -> bool:
         """Whether the ranks agree to stop after this saved epoch (a signal during its validation or its
@@ -355,7 +376,9 @@ class TrainingRun:
         folder = self.claim.folder
         self.claim.wrote(folder / MODEL_DIR, created=not (folder / MODEL_DIR).exists())
         use_ema = ema_on_device(self.parts, self.settings.ema_force_cpu) is not None
-        exported, others = export_best(self.empty_model(), folder, self.data.classes, self.loaders.data_config, use_ema)
+        exported, others = export_best(
+            self.empty_model(), folder, self.data.classes, self.loaders.data_config, use_ema, self.data.multi_label
+        )
         return Exported(exported, others, self.manager.best_metric, self.manager.best_epoch)
 
 
@@ -379,8 +402,9 @@ def set_up(
         prove_writable(Output("--output", folder.path / SUMMARY))
     dev.seed_everything(job.run.seed + dist_info.rank)
     data, batch_size = open_data(job, dist_info, say)
-    job = replace(job, data=replace(job.data, batch_size=batch_size))  # before the resume compares the batch
-    saved = replace(saved, values={**saved.values, "batch_size": batch_size})
+    eval_metric = multi_label_metric(job, data, say)
+    job = replace(job, data=replace(job.data, batch_size=batch_size), run=replace(job.run, eval_metric=eval_metric))
+    saved = replace(saved, values={**saved.values, "batch_size": batch_size, "eval_metric": eval_metric})
     if resume_state is not None:
         job, saved, elastic = keep_global_batch(job, saved, resume_state, dist_info, say)
         check_same_experiment(
@@ -392,7 +416,16 @@ def set_up(
         job, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
     )
     parts, lr, num_epochs = build_components(
-        job, model, loaders, data.num_classes, device, runtime.amp, dist_info, runtime.model_dtype, class_weights
+        job,
+        model,
+        loaders,
+        data.num_classes,
+        device,
+        runtime.amp,
+        dist_info,
+        runtime.model_dtype,
+        class_weights,
+        data.multi_label,
     )
     manager = CheckpointManager(
         folder.path,
@@ -424,6 +457,25 @@ def set_up(
         recovery=RecoverySchedule.of(job.run.recovery_interval, stop_check_every(job, dist_info), device),
         early_stop=early_stop_of(job.run.eval_metric, job.run.early_stop_patience, job.run.early_stop_min_delta),
     )
+
+
+def multi_label_metric(job: TrainJob, data: TrainingData, say: Say) -> str:
+    """The --eval-metric the run keeps its best epoch by: multi-label data has no top-k, so map; single-label
+    data has no mAP. Refuses the balancing that needs single labels on multi-label data."""
+    metric = job.run.eval_metric
+    if not data.multi_label:
+        if metric == "map":
+            raise UsageError(
+                f"--eval-metric map needs multi-label data; {data.train.description} has one label per image"
+            )
+        return metric
+    for flag, on in (("--class-weights", job.augment.class_weights), ("--balanced-sampler", job.data.balanced_sampler)):
+        if on:
+            raise UsageError(f"{flag} balances single-label classes; {data.train.description} is multi-label")
+    if metric in ("top1", "top5"):
+        say(f"multi-label data: the best epoch is the one with the highest mAP (--eval-metric map, not {metric})")
+        return "map"
+    return metric
 
 
 def stop_check_every(job: TrainJob, dist_info: DistInfo) -> int:
@@ -498,6 +550,7 @@ def open_data(job: TrainJob, dist_info: DistInfo, say: Say) -> tuple[TrainingDat
         raise UsageError(f"--dataset {job.data.dataset} does not name its classes: pass --num-classes")
     num_classes = num_classes or len(classes)
     check_labels_fit(train_source, classes, num_classes)
+    check_same_label_kind(train_source, val_source)
     batch_size, batch_note = fit_batch_to_set(
         job.data.batch_size, job.augment, job.run.seed, len(train_source), dist_info
     )
@@ -505,6 +558,23 @@ def open_data(job: TrainJob, dist_info: DistInfo, say: Say) -> tuple[TrainingDat
         say(batch_note)
     classes = classes or [str(label) for label in range(num_classes)]
     return TrainingData(train_source, val_source, classes, num_classes), batch_size
+
+
+def check_same_label_kind(train: Source, val: Source) -> None:
+    """Both splits multi-label (over the same classes) or neither: a model trained on class sets cannot be
+    scored by top-k, nor one trained on single labels by mAP."""
+    kinds = [source.samples.label_sets for source in (train, val)]
+    if (kinds[0] is None) != (kinds[1] is None):
+        multi, single = (train, val) if kinds[0] is not None else (val, train)
+        raise UsageError(
+            f"{multi.description} is multi-label but {single.description} has one label per image: give both "
+            "splits a labels file (labels.csv or labels.json), or neither"
+        )
+    if kinds[0] is not None and kinds[1] is not None and kinds[0].num_classes != kinds[1].num_classes:
+        raise UsageError(
+            f"{train.description} has {kinds[0].num_classes} classes but {val.description} has "
+            f"{kinds[1].num_classes}: the splits must name the same classes"
+        )
 
 
 def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int) -> None:

@@ -19,6 +19,8 @@ from vtools.data.readers.registry import Source
 from vtools.errors import UsageError
 from vtools.evaluation.class_report import build_report
 from vtools.evaluation.loops import EvalResult
+from vtools.evaluation.multilabel_eval import write_multilabel_report
+from vtools.evaluation.multilabel_metrics import MultiLabelReport
 from vtools.evaluation.predictions import Predictions
 from vtools.evaluation.report_files import write_report
 from vtools.models.folder import export_model_folder
@@ -66,7 +68,16 @@ def write_run_config(config_text: str, claim: FolderClaim, say: Callable[[str], 
     atomic_write_text(path, config_text)
 
 
-def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float) -> dict[str, Any]:
+def eval_columns(metrics: EvalResult | None, multi_label: bool) -> dict[str, Any]:
+    """summary.csv's scores: top-1 and top-5, or for multi-label data mAP (macro, micro) and F1 macro at
+    --threshold; empty in an epoch without validation."""
+    names = ("map", "map_micro", "f1") if multi_label else ("top1", "top5")
+    return {f"eval_{name}": getattr(metrics, name) if metrics is not None else "" for name in names}
+
+
+def summary_row(
+    epoch: int, result: EpochResult, metrics: EvalResult | None, lr: float, multi_label: bool = False
+) -> dict[str, Any]:
     """One row of summary.csv; the eval columns stay empty in epochs that --val-interval skips. Speed and
     data wait are this process's measurement (a resumed epoch's: its resumed part's), empty where it
     trained none of the epoch (stopped after the epoch's last step, resumed for its validation).
@@ -76,8 +87,7 @@ def summary_row(epoch: int, result: EpochResult, metrics: EvalResult | None, lr:
         "epoch": epoch,
         "train_loss": result.loss,
         "eval_loss": metrics.loss if evaluated else "",
-        "eval_top1": metrics.top1 if evaluated else "",
-        "eval_top5": metrics.top5 if evaluated else "",
+        **eval_columns(metrics, multi_label),
         "lr": lr,
         "img_per_sec": round(result.images_per_second, 2) if timed else "",
         "epoch_seconds": round(result.seconds, 2) if timed else "",
@@ -102,20 +112,30 @@ def output_names(classes: list[str], num_classes: int) -> list[str]:
 
 
 def write_eval_report(
-    claim: FolderClaim, predictions: Predictions, classes: list[str], source: Source, epoch: int
+    claim: FolderClaim, predictions: Predictions | MultiLabelReport, classes: list[str], source: Source, epoch: int
 ) -> None:
-    """The best epoch's class report in ``<run>/eval`` (tables now; pictures when the run ends)."""
+    """The best epoch's class report in ``<run>/eval`` (tables now; pictures when the run ends); a
+    multi-label run's per-class AP, precision, recall and F1."""
     folder = claim.folder / EVAL_DIR
     claim.wrote(folder, created=not folder.exists())
+    if isinstance(predictions, MultiLabelReport):
+        wrote = lambda path: claim.wrote(path, created=not path.exists())  # noqa: E731
+        write_multilabel_report(folder, predictions, {"epoch": epoch}, before_write=wrote)
+        return
     report = build_report(predictions, classes, source.sample_names(), about={"epoch": epoch})
     write_report(folder, report, before_write=lambda path: claim.wrote(path, created=not path.exists()))
 
 
 def export_best(
-    model: torch.nn.Module, out_dir: Path, classes: list[str], data_config: dict[str, Any], use_ema: bool
+    model: torch.nn.Module,
+    out_dir: Path,
+    classes: list[str],
+    data_config: dict[str, Any],
+    use_ema: bool,
+    multi_label: bool = False,
 ) -> tuple[Path, list[str]]:
     """The best epoch's weights (the EMA's when EMA was validated) loaded into ``model``, a freshly built
-    copy of the run's architecture, and exported as ``<run>/model``; returns the folder and the files in
-    it this run did not write."""
+    copy of the run's architecture, and exported as ``<run>/model`` (marked multi-label when it is);
+    returns the folder and the files in it this run did not write."""
     model.load_state_dict(read_state_dict(out_dir / BEST, use_ema=use_ema))
-    return export_model_folder(model, out_dir / MODEL_DIR, classes, data_config)
+    return export_model_folder(model, out_dir / MODEL_DIR, classes, data_config, multi_label)

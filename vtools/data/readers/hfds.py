@@ -7,6 +7,14 @@ them, as the folder and shard readers do, so every source shares one decoding
 path and one bad-image policy. Class names come from the label column's
 ``ClassLabel`` feature when it has one.
 
+A label column of class lists (``Sequence(ClassLabel(names=...))``, spelled
+``List(ClassLabel(...))`` from datasets 4) makes the split multi-label: its
+class lists become a :class:`LabelSets` read from the Arrow column in one pass
+(no Python loop per row), and each sample's label is its multi-hot row. A list
+of plain integers is refused: without the ClassLabel's names the number of
+classes is a guess (the largest index seen), which a validation split missing
+the last class would get wrong.
+
 The ``datasets`` package is optional (requirements-hf.txt): it is large,
 and only this source needs it.
 """
@@ -18,8 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vtools.data.datasets import SampleStore
 from vtools.data.decode import BadSample, RawSample
+from vtools.data.label_sets import LabelSets
 from vtools.errors import UsageError
 from vtools.optional import HF, optional_module
 
@@ -133,6 +144,7 @@ class TableSamples(SampleStore):
         self.label_key = label_key
         self.split = split
         self.label_range: tuple[int, int] | None = None  # the smallest and largest label, when known
+        self.label_sets: LabelSets | None = None  # a column of class lists: each row's classes
 
     def __len__(self) -> int:
         return len(self.table)
@@ -147,10 +159,14 @@ class TableSamples(SampleStore):
         label = row[self.label_key] if self.label_key else -1
         if label is None:
             return BadSample(name, f"no label in column {self.label_key!r}")
+        if self.label_sets is not None:
+            label = self.label_sets.multi_hot(index)
+        else:
+            label = int(label)
         if image.get("bytes"):
-            return RawSample(bytes(image["bytes"]), int(label), name)
+            return RawSample(bytes(image["bytes"]), label, name)
         if image.get("path"):
-            return RawSample(str(image["path"]), int(label), str(image["path"]))
+            return RawSample(str(image["path"]), label, str(image["path"]))
         return BadSample(name, f"no image in column {self.image_key!r}")
 
 
@@ -194,8 +210,13 @@ def open_table_samples(
             f"--input-key (columns: {', '.join(columns)})"
         ) from None
     feature = table.features.get(label_key) if label_key else None
-    classes = list(feature.names) if getattr(feature, "names", None) else None
     samples = TableSamples(table, image_key, label_key, split)
+    inner = _list_item(feature)
+    if label_key and inner is not None:
+        classes = _list_classes(spec, where, label_key, inner)
+        samples.label_sets = label_sets_of(spec, where, table, label_key, classes)
+        return samples, classes
+    classes = list(feature.names) if getattr(feature, "names", None) else None
     if label_key:
         samples.label_range = _check_labels(spec, where, table, label_key, feature, classes, columns)
     return samples, classes
@@ -242,3 +263,78 @@ def _check_labels(
         f"{len(classes)} class names (0..{len(classes) - 1}: {shown}); fix the labels, or the class names of "
         f"the column's ClassLabel feature"
     )
+
+
+def _list_item(feature: Any) -> Any:
+    """The item feature of a list column (datasets' ``Sequence``, ``List``, ``LargeList``, or ``[feature]``
+    in datasets < 4), or None for any other column."""
+    if isinstance(feature, list):
+        return feature[0] if len(feature) == 1 else None
+    if type(feature).__name__ in ("Sequence", "List", "LargeList"):
+        return getattr(feature, "feature", None)
+    return None
+
+
+def _list_classes(spec: str, where: str, label_key: str, inner: Any) -> list[str]:
+    """The class names of a column of class lists: its ClassLabel's. Plain integers are refused, since
+    the class count would be a guess (a split missing the last class would give fewer outputs)."""
+    if getattr(inner, "names", None):
+        return list(inner.names)
+    what = "integer" if str(getattr(inner, "dtype", "")).startswith(("int", "uint")) else _kind(inner)
+    raise UsageError(
+        f"--dataset {spec}: the label column {label_key!r} of {where} holds lists of {what} values without "
+        f"class names; multi-label data needs them to know the number of classes: cast the column to "
+        f"Sequence(ClassLabel(names=[...])) (dataset.cast_column({label_key!r}, ...)) and save it again"
+    )
+
+
+def label_sets_of(spec: str, where: str, table: Any, label_key: str, classes: list[str]) -> LabelSets:
+    """Each row's classes from a column of class lists, read as Arrow buffers (offsets and values as
+    numpy: a million rows take milliseconds). A null row holds no classes here and is a bad sample when
+    read; a class index outside the names stops with one line naming the row."""
+    import pyarrow.compute as pc
+
+    column = table.data.column(label_key)
+    if getattr(table, "_indices", None) is not None:  # a selected or shuffled view: rows in its order
+        column = column.take(table._indices.column(0))
+    lengths, values = [], []
+    for chunk in column.chunks:
+        lengths.append(pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False))
+        flat = chunk.flatten()
+        if flat.null_count:
+            values.append(pc.fill_null(flat, -1).to_numpy(zero_copy_only=False))  # reported below
+        else:
+            values.append(flat.to_numpy(zero_copy_only=False))
+    offsets = np.zeros(len(column) + 1, dtype=np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    indices = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
+    bad = np.flatnonzero((indices < 0) | (indices >= len(classes)))
+    if len(bad):
+        row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
+        value = column[row].as_py()[int(bad[0] - offsets[row])]
+        shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+        raise UsageError(
+            f"--dataset {spec}: {where} has class {value} in the label list of column {label_key!r} (row {row}), "
+            f"out of range for its {len(classes)} class names (0..{len(classes) - 1}: {shown}); fix the labels, "
+            "or the class names of the column's ClassLabel feature"
+        )
+    return _sorted_sets(offsets, indices.astype(np.int32), len(classes))
+
+
+def _sorted_sets(offsets: np.ndarray, indices: np.ndarray, num_classes: int) -> LabelSets:
+    """Rows as :class:`LabelSets` keeps them (each row's classes ascending, repeats once), vectorised."""
+    follows = np.ones(len(indices), dtype=bool)  # an index after another of the same row
+    follows[offsets[:-1][np.diff(offsets) > 0]] = False
+    if len(indices) == 0 or bool(np.all(np.diff(indices)[follows[1:]] > 0)):  # ascending already: as stored
+        return LabelSets(offsets, indices, num_classes)
+    rows = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+    order = np.lexsort((indices, rows))
+    rows, indices = rows[order], indices[order]
+    keep = np.ones(len(indices), dtype=bool)
+    keep[1:] = (rows[1:] != rows[:-1]) | (indices[1:] != indices[:-1])
+    if not keep.all():
+        rows, indices = rows[keep], indices[keep]
+        offsets = np.zeros_like(offsets)
+        np.cumsum(np.bincount(rows, minlength=len(offsets) - 1), out=offsets[1:])
+    return LabelSets(offsets, np.ascontiguousarray(indices), num_classes)

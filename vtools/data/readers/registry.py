@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 
 from vtools.data.datasets import DecodedImages, FileSamples, SampleStore
 from vtools.data.readers.folder import labelled_images, resolve_split_dir
+from vtools.data.readers.label_file import find_label_file, read_label_file
 from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples, torchvision_dataset
 from vtools.errors import UsageError
 
@@ -99,6 +100,15 @@ class Source:
 
 def _folders(request: SourceRequest, name: str) -> Source:
     split_dir = resolve_split_dir(request.root, request.split)
+    label_file = find_label_file(split_dir)
+    if label_file is not None:  # a multi-label split: the images the file lists, with their class sets
+        listed, classes = read_label_file(label_file, request.class_map)
+        return Source(
+            listed,
+            classes,
+            f"{split_dir} ({len(listed)} images, multi-label: {listed.label_sets.num_classes} classes "
+            f"from {label_file.name})",
+        )
     found = labelled_images(split_dir, request.class_map)
     samples = FileSamples(found.entries.paths, found.labels, found.entries.unreadable)
     return Source(samples, found.classes, f"{split_dir} ({len(samples)} images)")
@@ -141,7 +151,10 @@ def _shards(request: SourceRequest, name: str) -> Source:
         info_file = next((root / f for f in shard_source.INFO_FILES if (root / f).is_file()), None)
         samples.classes_from = str(info_file) if info.get("classes") else f"ImageNet ({name})"
     return Source(
-        samples, classes, f"{request.dataset} {request.split}: {len(samples.shards)} shards, {len(samples)} samples"
+        samples,
+        classes,
+        f"{request.dataset} {request.split}: {len(samples.shards)} shards, {len(samples)} samples"
+        + multi_label_note(samples),
     )
 
 
@@ -171,6 +184,12 @@ def _streamed_shards(request: SourceRequest, name: str, image_keys: tuple[str, .
     )
 
 
+def multi_label_note(samples: SampleStore) -> str:
+    """What a description adds for a multi-label store: its class count."""
+    sets = samples.label_sets
+    return "" if sets is None else f", multi-label: {sets.num_classes} classes"
+
+
 def _imagenet_classes(*names: str) -> list[str] | None:
     """ImageNet synsets (from timm) when the dataset is named as an ImageNet subset timm knows."""
     from timm.data import ImageNetInfo
@@ -196,7 +215,9 @@ def _table(request: SourceRequest, name: str) -> Source:
         request.target_key or "label",
         request.download,
     )
-    return Source(samples, classes, f"{request.dataset} {request.split} ({len(samples)} samples)")
+    return Source(
+        samples, classes, f"{request.dataset} {request.split} ({len(samples)} samples{multi_label_note(samples)})"
+    )
 
 
 def _streaming(request: SourceRequest, name: str) -> Source:

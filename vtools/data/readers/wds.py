@@ -15,6 +15,21 @@ split-info file timm publishes with its shards (``_info.json``/``_info.yaml``:
 ``splits.<name>.filenames`` and ``shard_lengths``), or from a brace pattern
 (``train-{000000..000127}.tar``), or from the ``*<split>*.tar`` files in the
 folder, which are then indexed up front to count them.
+
+A list-valued label makes the split multi-label: a ``.cls`` member holding
+``1,3``, ``1 3`` or ``[1, 3]`` (``[]``: no class), or a JSON label member
+whose content (or whose ``"label"``) is a list. Shards found by name are all
+indexed when the split is opened, so any list label decides. Shards counted by
+the split info are indexed lazily, so their first shard decides: when it holds
+a list label, every shard is indexed at once (one header scan each, which a
+multi-label split needs anyway to know its classes); when it holds single
+labels the split stays single-label (it costs that one shard's index, early)
+and a list label met later is a bad sample saying so. In a multi-label split
+single integers count as one-class lists and each sample's label is its
+multi-hot row. The number of classes is the split's class list when it has one
+(``classes`` in the split info, or ImageNet's), else the largest class index +
+1 (a split missing its last class then gets fewer: give a class list).
+Streamed shards (``wds_stream.py``) read single labels only.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ import yaml
 
 from vtools.data.datasets import SampleStore
 from vtools.data.decode import BadSample, RawSample
+from vtools.data.label_sets import LabelSets
 from vtools.data.readers.path_table import PathTable
 from vtools.errors import UsageError
 from vtools.optional import SHARDS, optional_module
@@ -39,6 +55,7 @@ from vtools.optional import SHARDS, optional_module
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff")
 INFO_FILES = ("_info.json", "_info.yaml", "info.json")
 NO_LABEL = np.iinfo(np.int64).min  # a sample without a label: -1 is a label (out of range), not a mark
+LISTED = NO_LABEL + 1  # a sample whose label is a list of classes (in its table's class lists)
 
 
 def require_wids(purpose: str) -> None:
@@ -57,13 +74,46 @@ class ShardTable:
     labels: np.ndarray
     keys: Sequence[str]
     file_size: int
+    class_lists: LabelSets | None = None  # when a label is a list: every row's classes (unchecked), else None
 
 
-def _label_of(member: str, data: bytes) -> int:
+def _label_of(member: str, data: bytes) -> int | list[int]:
+    """A class index, or a list of them (multi-label); raises ValueError, KeyError or TypeError when the
+    member holds neither."""
     if member == "cls":
-        return int(data.decode("utf-8").strip())
+        text = data.decode("utf-8").strip()
+        try:
+            return int(text)
+        except ValueError:
+            return _listed_classes(text)
     meta = json.loads(data.decode("utf-8"))
-    return int(meta["label"])
+    label = meta if isinstance(meta, list) else meta["label"]
+    return _class_list(label) if isinstance(label, list) else int(label)
+
+
+def _listed_classes(text: str) -> list[int]:
+    """A ``.cls`` text's classes: ``1,3``, ``1 3`` or ``[1, 3]`` (``[]``: none; an empty text is no label)."""
+    if text.startswith("["):
+        return _class_list(json.loads(text))
+    classes = text.replace(",", " ").split()
+    if not classes:
+        raise ValueError("no label")
+    return sorted({int(c) for c in classes})
+
+
+def _class_list(values: list[Any]) -> list[int]:
+    if not isinstance(values, list) or any(not isinstance(v, int) or isinstance(v, bool) for v in values):
+        raise ValueError(f"not a list of class indices: {values!r}")
+    return sorted(set(values))
+
+
+def _class_table(labels: np.ndarray, lists: dict[int, list[int]]) -> LabelSets:
+    """Every row's classes, CSR, unchecked: a list label as listed, an integer as one class, none as none."""
+    rows = [lists[r] if r in lists else [] if labels[r] == NO_LABEL else [int(labels[r])] for r in range(len(labels))]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(row) for row in rows], out=offsets[1:])
+    indices = np.fromiter((c for row in rows for c in row), dtype=np.int64, count=int(offsets[-1]))
+    return LabelSets(offsets, indices, int(indices.max()) + 1 if len(indices) else 0)
 
 
 def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label_key: str = "cls") -> ShardTable:
@@ -84,6 +134,7 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
         offsets = np.full(count, -1, dtype=np.int64)
         sizes = np.zeros(count, dtype=np.int64)
         labels = np.full(count, NO_LABEL, dtype=np.int64)
+        lists: dict[int, list[int]] = {}
         for row, members in enumerate(groups.values()):
             image = next((members[k] for k in image_keys if k in members), None)
             if image is not None:
@@ -92,11 +143,16 @@ def index_shard(path: str, image_keys: tuple[str, ...] = IMAGE_EXTENSIONS, label
                 if member in members:
                     start, size = members[member]
                     try:
-                        labels[row] = _label_of(member, bytes(tar.mmapped_file[start : start + size]))
-                        break
+                        label = _label_of(member, bytes(tar.mmapped_file[start : start + size]))
                     except (ValueError, KeyError, TypeError):
                         continue
-        return ShardTable(offsets, sizes, labels, PathTable.of(list(groups)), len(tar.mmapped_file))
+                    if type(label) is list:
+                        lists[row], labels[row] = label, LISTED
+                    else:
+                        labels[row] = label
+                    break
+        class_lists = _class_table(labels, lists) if lists else None
+        return ShardTable(offsets, sizes, labels, PathTable.of(list(groups)), len(tar.mmapped_file), class_lists)
     finally:
         tar.close()
 
@@ -112,9 +168,36 @@ class ShardSamples(SampleStore):
     tables: dict[int, ShardTable | str] = field(default_factory=dict)  # built per process, on first use
     num_classes: int | None = None  # labels must lie in 0..num_classes-1 (when the split names its classes)
     classes_from: str = ""  # where the class names come from, for messages
+    class_lists: LabelSets | None = None  # a multi-label split: every sample's classes, as stored (unchecked)
 
     def __post_init__(self) -> None:
         self.ends = np.cumsum(self.counts).tolist()
+        self._checked_sets: LabelSets | None = None
+
+    @property
+    def label_sets(self) -> LabelSets | None:
+        """A multi-label split's classes per sample, over ``num_classes`` (set once the split's class list is
+        known; else the largest class index + 1); indices outside them are left out here, and their samples
+        are bad samples when read."""
+        if self.class_lists is None:
+            return None
+        count = self.num_classes if self.num_classes is not None else self.class_lists.num_classes
+        if self._checked_sets is None or self._checked_sets.num_classes != count:
+            self._checked_sets = _within(self.class_lists, count)
+        return self._checked_sets
+
+    def find_class_lists(self) -> None:
+        """Make the split multi-label when a shard indexed already (else the first) holds a list label:
+        index every shard now and gather their classes (see the module's docstring)."""
+        seen = list(self.tables.values()) if self.tables else [self.table(0)] if self.shards else []
+        if not any(not isinstance(table, str) and table.class_lists is not None for table in seen):
+            return
+        parts = [_shard_classes(self.table(shard), count) for shard, count in enumerate(self.counts)]
+        lengths = np.concatenate([part[0] for part in parts])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        indices = np.concatenate([part[1] for part in parts])
+        self.class_lists = LabelSets(offsets, indices, int(indices.max()) + 1 if len(indices) else 0)
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if self.ends else 0
@@ -153,10 +236,18 @@ class ShardSamples(SampleStore):
         name = f"{path}:{table.keys[inner]}"
         if table.offsets[inner] < 0:
             return BadSample(name, f"no image ({', '.join('.' + k for k in self.image_keys[:4])}...) in the sample")
-        label = int(table.labels[inner])
+        label: int | np.ndarray = int(table.labels[inner])
         if label == NO_LABEL:
             return BadSample(name, f"no label (.{self.label_key}) in the sample")
-        outside = label_out_of_range(label, self.label_key, self.num_classes, self.classes_from)
+        if self.class_lists is not None:
+            label, outside = self._multi_hot(index)
+        elif label == LISTED:
+            outside = (
+                f"a list of classes (.{self.label_key}) in a split read as single-label (its first shard holds "
+                "single labels only); give every multi-label sample a list label, or put one in the first shard"
+            )
+        else:
+            outside = label_out_of_range(label, self.label_key, self.num_classes, self.classes_from)
         if outside:
             return BadSample(name, outside)
         start, size = int(table.offsets[inner]), int(table.sizes[inner])
@@ -166,6 +257,49 @@ class ShardSamples(SampleStore):
             handle.seek(start)
             data = handle.read(size)
         return RawSample(data, label, name)
+
+    def _multi_hot(self, index: int) -> tuple[np.ndarray, str]:
+        """Sample ``index``'s multi-hot row, or why one of its classes is out of range."""
+        assert self.class_lists is not None
+        sets = self.label_sets
+        assert sets is not None
+        classes = self.class_lists.classes_of(index)
+        outside = classes[(classes < 0) | (classes >= sets.num_classes)]
+        if len(outside):
+            return np.zeros(0, dtype=np.float32), label_out_of_range(
+                int(outside[0]), self.label_key, self.num_classes, self.classes_from
+            )
+        row = np.zeros(sets.num_classes, dtype=np.float32)
+        row[classes] = 1.0
+        return row, ""
+
+
+def _shard_classes(table: ShardTable | str, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """One shard's class count per sample and classes, for its ``count`` samples of the split (a damaged
+    shard's, or those beyond its end, hold none: reading them says why)."""
+    if isinstance(table, str):
+        return np.zeros(count, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if table.class_lists is not None:
+        sets = table.class_lists
+        rows = min(count, len(sets))
+        lengths = np.diff(sets.offsets[: rows + 1])
+        indices = sets.indices[: sets.offsets[rows]]
+    else:
+        labels = table.labels[:count]
+        known = labels != NO_LABEL
+        lengths, indices = known.astype(np.int64), labels[known]
+    return np.pad(lengths, (0, count - len(lengths))), indices
+
+
+def _within(sets: LabelSets, num_classes: int) -> LabelSets:
+    """``sets`` without the indices outside 0..num_classes-1 (vectorised)."""
+    keep = (sets.indices >= 0) & (sets.indices < num_classes)
+    if keep.all():
+        return LabelSets(sets.offsets, sets.indices.astype(np.int32), num_classes)
+    rows = np.repeat(np.arange(len(sets), dtype=np.int64), np.diff(sets.offsets))[keep]
+    offsets = np.zeros_like(sets.offsets)
+    np.cumsum(np.bincount(rows, minlength=len(sets)), out=offsets[1:])
+    return LabelSets(offsets, sets.indices[keep].astype(np.int32), num_classes)
 
 
 def label_out_of_range(label: int, label_key: str, num_classes: int | None, classes_from: str) -> str:
@@ -243,12 +377,16 @@ def open_shard_samples(root: Path, split: str, image_keys: tuple[str, ...], labe
         raise UsageError(f"--data-dir {root}: the shard folder does not exist")
     paths, counts = split_shards(root, split, read_split_info(root))
     if counts is not None:
-        return ShardSamples(paths, counts, image_keys, label_key)
+        samples = ShardSamples(paths, counts, image_keys, label_key)
+        samples.find_class_lists()
+        return samples
     samples = ShardSamples(paths, [0] * len(paths), image_keys, label_key)
     for shard, path in enumerate(paths):
         table = samples.table(shard)
         if isinstance(table, str):
             raise UsageError(f"{path}: {table}")
-    return ShardSamples(
+    samples = ShardSamples(
         paths, [len(t.keys) for t in samples.tables.values()], image_keys, label_key, dict(samples.tables)
     )
+    samples.find_class_lists()
+    return samples
