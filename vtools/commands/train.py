@@ -193,12 +193,32 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
             "--resume auto continues from the newest"
         )
     lines += [f"device: {note}" for note in runtime.notes]
+    defaults = device_defaults_line(job, training, runtime.device.type)
+    if defaults:
+        lines.append(defaults)
     lines.append(f"cpu budget: {runtime.budget.describe()}")
     if not training.resumed:
         num_classes = training.data.num_classes
         model = job.model
         lines.append(weights_description(model.model, model.pretrained, num_classes, model.initial_checkpoint))
     return lines
+
+
+def device_defaults_line(job: TrainJob, training: TrainingRun, device_type: str) -> str:
+    """The choices the device's own defaults made (the layout, torch's fused optimizer step), so a user
+    comparing devices knows what to give both runs; '' when the flags chose them."""
+    chosen = []
+    if job.model.channels_last is None:
+        chosen.append(f"{'channels-last' if training.loaders.channels_last else 'channels-first'} layout")
+    fused = recipe.fused_step(training.parts.optimizer)
+    if fused is not None and "fused" not in job.optim.opt_kwargs:
+        chosen.append(f"{'fused' if fused else 'per-tensor'} optimizer step")
+    if not chosen:
+        return ""
+    return (
+        f"{device_type} defaults: {' and '.join(chosen)}; another device may choose otherwise (to compare "
+        "devices step for step, give both --channels-last and --opt-kwargs fused=False)"
+    )
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,21 @@ def scaled_lr(optim: OptimOptions, global_batch_size: int) -> float:
 
 def build_optimizer(model: torch.nn.Module, optim: OptimOptions, lr: float) -> torch.optim.Optimizer:
     """timm's optimizer for the flags; its fused step where torch has one for the optimizer and device
-    (one pass over the weights instead of one per tensor and operation)."""
+    (one pass over the weights instead of one per tensor and operation), unless --opt-kwargs says
+    ``fused`` itself (``fused=False``: the per-tensor step, as another device takes it)."""
     kwargs = {**optimizer_kwargs(optim), **optim.opt_kwargs}
     kwargs["lr"] = lr
-    if dev.fused_optimizer(next(model.parameters()).device) and _accepts_fused(optim.opt):
+    device = next(model.parameters()).device
+    if "fused" not in optim.opt_kwargs and dev.fused_optimizer(device) and _accepts_fused(optim.opt):
         kwargs["fused"] = True
     return create_optimizer_v2(model, **kwargs)
+
+
+def fused_step(optimizer: torch.optim.Optimizer) -> bool | None:
+    """Whether the optimizer takes torch's fused step; None for one that has no fused implementation."""
+    if "fused" not in optimizer.defaults:
+        return None
+    return bool(optimizer.defaults["fused"])
 
 
 def _accepts_fused(name: str) -> bool:
