@@ -42,9 +42,10 @@ SCOPE: dict[str, tuple[list[str], list[str]]] = {
     "vtools/train/resume.py": (["restore", "start_at_epoch", "load_scheduler_state"], ["tests/train/test_resume.py"]),
     "vtools/train/recipe.py": (
         ["build_*", "init_head", "load_optimizer_state"],
-        ["tests/train/test_recipe_values.py", "tests/train/test_recipe_multilabel.py", "tests/cli/test_train_flags.py"],
+        ["tests/train/test_recipe_values.py", "tests/train/test_recipe_multilabel.py", "tests/cli/test_train_flags.py"]
+        + ["tests/train/test_resume.py", "tests/data/test_augment_ops.py"],
     ),
-    "vtools/train/checkpoint.py": (["*"], ["tests/train/test_resume.py"]),
+    "vtools/train/checkpoint.py": (["*"], ["tests/train/test_resume.py", "tests/train/test_recovery.py"]),
     "vtools/data/sampling.py": (["*"], ["tests/data/test_sampling.py"]),
     "vtools/data/balanced_sampling.py": (["*"], ["tests/data/test_balanced_sampling.py"]),
 }

@@ -105,3 +105,12 @@ def test_the_scope_finds_the_training_steps_calls(tool) -> None:
     assert "vtools/train/loop.py::_optimizer_step::parts.optimizer.step()" in ids
     for module, (_, tests) in tool.SCOPE.items():
         assert (REPO / module).is_file() and all((REPO / test).is_file() for test in tests), module
+
+
+def test_every_listed_equivalent_is_a_mutant_in_scope_with_a_reason(tool) -> None:
+    equivalents = tool.read_equivalents()
+    ids = {m.id for m in tool.all_mutants()}
+    assert equivalents, "tests/data/deletion_equivalents.txt lists none"
+    for name, reason in equivalents.items():
+        assert name in ids, f"{name} is no mutant of the scope (renamed or moved?)"
+        assert len(reason.split()) >= 5, f"{name}: give the reason no test can observe it"

@@ -380,3 +380,35 @@ def test_every_update_but_the_epochs_last_is_told_with_this_ranks_share(device: 
     last = heard[-1].so_far()
     assert (last.completed_steps, last.local_samples) == (6, 4 + 6 * BATCH)
     assert 1.5 < last.local_loss_sum < result.local_loss_sum  # the carried share, then this epoch's losses
+
+
+def test_an_epoch_trains_a_model_that_validation_left_in_eval_mode(device: torch.device) -> None:
+    """train.py validates between epochs (model.eval()); the next epoch must train with dropout and batch
+    statistics again, as an uninterrupted model in training mode does."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, CLASSES))
+    model.to(device)
+    fresh = copy.deepcopy(model)
+    model.eval()
+    train_one_epoch(_parts(model, device, 1), _batches(3, device), 0, 0, show_progress=False)
+    train_one_epoch(_parts(fresh, device, 1), _batches(3, device), 0, 0, show_progress=False)
+    assert model.training
+    running = model[1].running_mean
+    assert not torch.equal(running, torch.zeros_like(running))  # batch statistics were collected
+    for ours, theirs in zip(model.state_dict().values(), fresh.state_dict().values()):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_per_update_schedule_moves_the_rate_at_every_update(device: torch.device) -> None:
+    """--sched-on-updates: the loop steps the schedule after each update, so the rate the optimizer holds
+    after an epoch is the schedule's value at that update count, not its first."""
+    from timm.scheduler import CosineLRScheduler
+
+    model = _mlp(device)
+    parts = _parts(model, device, 1)
+    parts.scheduler = CosineLRScheduler(parts.optimizer, t_initial=10, lr_min=0.0, t_in_epochs=False)
+    _, updates = train_one_epoch(parts, _batches(4, device), 0, 0, show_progress=False)
+    expected = CosineLRScheduler(torch.optim.SGD([torch.zeros(1)], lr=1.0), t_initial=10, t_in_epochs=False)
+    assert updates == 4
+    assert parts.optimizer.param_groups[0]["lr"] == pytest.approx(expected._get_lr(4)[0])
+    assert parts.optimizer.param_groups[0]["lr"] < 1.0

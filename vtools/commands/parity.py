@@ -12,6 +12,12 @@ exit 3; ``parity: pass (...)`` exits 0. The error of a tensor is max|a - b| / (m
 reference's (vtools/observe/parity.py). --amp runs the device under its AMP policy against fp32 on the
 reference, with tolerances for the dtype; --tol and --grad-tol override. Both sides run contiguous tensors;
 --channels-last puts the device side in channels_last. --results-file writes the per-layer table.
+
+``python -m vtools parity --train -c RUN.yaml [train.py's flags] --device npu --against cpu --steps N``
+compares train.py's own step instead (vtools/observe/parity_recipe.py): each side builds the run as
+train.py does (data and loader, model, timm's optimizer, loss, mixup, EMA, clipping) from the same weights
+and runs N batches through train.py's loop; the update is judged by the change it made to each weight.
+Every other flag is train.py's.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from vtools.cli import train_flags
 from vtools.cli.options import (
     add_device_args,
     add_model_args,
@@ -37,13 +44,16 @@ from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
-from vtools.observe import parity
+from vtools.observe import parity, parity_recipe
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import RuntimeOptions, setup_runtime
+from vtools.train.job import TrainJob
+
+TRAIN_FLAG = "--train"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,17 +63,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "model_name", nargs="?", default=None, metavar="MODEL", help="timm name, hf-hub:..., or model folder"
     )
-    group = parser.add_argument_group("parity")
-    group.add_argument("--against", default="cpu", metavar="SPEC", help="the reference device (default: cpu)")
+    group = add_comparison_args(parser)
+    group.add_argument(
+        TRAIN_FLAG,
+        nargs=argparse.REMAINDER,
+        default=None,
+        metavar="TRAIN_ARGS",
+        help="no MODEL: compare train.py's own step; every flag but the ones above is train.py's (-c RUN.yaml, ...)",
+    )
     group.add_argument(
         "--data", default=None, metavar="DIR", help="real images for the batch (default: a seeded random batch)"
     )
     group.add_argument("--batch-size", "-b", type=int, default=8, metavar="N", help="batch size (default: 8)")
-    group.add_argument(
-        "--steps", type=int, default=1, metavar="N", help="training steps compared (SGD, momentum 0.9) (default: 1)"
-    )
     group.add_argument("--lr", type=float, default=0.01, help="SGD learning rate of the steps (default: 0.01)")
     group.add_argument("--seed", type=int, default=42, metavar="S", help="seed of weights, batch and targets")
+    add_model_args(parser)
+    add_preprocess_args(parser)
+    add_device_args(parser)
+    return parser
+
+
+def add_comparison_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The flags both modes share (the reference, the steps, tolerances, the table); the group, for more."""
+    group = parser.add_argument_group("parity")
+    group.add_argument("--against", default="cpu", metavar="SPEC", help="the reference device (default: cpu)")
+    group.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        metavar="N",
+        help="training steps compared (SGD, momentum 0.9; with --train train.py's) (default: 1)",
+    )
     group.add_argument(
         "--tol",
         type=float,
@@ -82,9 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--results-file", default="", metavar="PATH", help="write the per-layer table here")
     group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
-    add_model_args(parser)
-    add_preprocess_args(parser)
-    add_device_args(parser)
+    return group
+
+
+def build_train_parser() -> argparse.ArgumentParser:
+    """--train's own flags, taken out of the command line before train.py's parser reads the rest."""
+    parser = OneLineParser(prog="python -m vtools parity --train", add_help=False, allow_abbrev=False)
+    add_comparison_args(parser)
     return parser
 
 
@@ -97,13 +131,9 @@ def check_args(args: argparse.Namespace) -> str:
     model_name = args.model_name or args.model
     if not model_name:
         raise UsageError("give the model: MODEL (a timm name, hf-hub:..., or a model folder)")
-    for name in ("steps", "batch_size"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(args, name)}")
-    for name in ("tol", "grad_tol"):
-        value = getattr(args, name)
-        if value is not None and not value >= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
+    check_comparison_args(args)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be 1 or more, got {args.batch_size}")
     if args.lr < 0:
         raise UsageError(f"--lr must be 0 or more, got {args.lr}")
     refused = {
@@ -123,6 +153,9 @@ def check_args(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if TRAIN_FLAG in argv and not {"-h", "--help"} & set(argv):
+        return main_train([arg for arg in argv if arg != TRAIN_FLAG])
     args = build_parser().parse_args(argv)
     refuse_torchrun("python -m vtools parity")
     model_name = check_args(args)
@@ -191,3 +224,45 @@ def trace_on(
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RunFailed(f"the model failed on {device}: {first}") from None
+
+
+def main_train(argv: list[str]) -> int:
+    """--train: train.py's own step on both devices (vtools/observe/parity_recipe.py); ``argv`` without --train."""
+    refuse_torchrun("python -m vtools parity --train")
+    own, rest = build_train_parser().parse_known_args(argv)
+    check_comparison_args(own)
+    job = typed_options(TrainJob, train_flags.parse(rest))
+    refused = {"--torchcompile": job.model.torchcompile, "--model-dtype": job.runtime.model_dtype}
+    refused["--resume"] = job.run.resume
+    for flag, value in refused.items():
+        if value:
+            raise UsageError(f"{flag}: parity --train compares eager steps from the start; run it without {flag}")
+    if own.results_file:
+        inputs = [("--data-dir", job.data.data_dir)] if job.data.data_dir else []
+        check_outputs(inputs, [Output("--results-file", Path(own.results_file))])
+    runtime = setup_runtime(job.runtime)
+    reference = resolve_device(own.against, job.runtime.device_modules or (), flag="--against")
+    tols = parity.default_tolerances(runtime.amp.dtype_name, own.tol, own.grad_tol)
+    torch.set_float32_matmul_precision("highest")  # both sides at full fp32, as the MODEL mode
+    entries = parity_recipe.run(
+        job, runtime.device, runtime.amp, reference, resolve_amp(reference, False), own.steps, tols
+    )
+    if own.results_file:
+        rows = [{**entry.row(), "device": str(runtime.device), "against": str(reference)} for entry in entries]
+        write_rows(own.results_file, rows, own.results_format)
+        print(f"per-layer table: {own.results_file} ({len(rows)} rows)")
+    print(parity_recipe.verdict(entries, own.steps))
+    sys.stdout.flush()
+    if parity.first_failure(entries) is not None:
+        raise RunFailed(f"{runtime.device} differs from {reference} beyond tolerance (the verdict above)")
+    return 0
+
+
+def check_comparison_args(args: argparse.Namespace) -> None:
+    """The shared flags' one-line refusals."""
+    if args.steps < 1:
+        raise UsageError(f"--steps must be 1 or more, got {args.steps}")
+    for name in ("tol", "grad_tol"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
