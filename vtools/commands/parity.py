@@ -187,15 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = ((reference, reference_amp, False), (runtime.device, runtime.amp, bool(args.channels_last)))
     traces = [trace_on(side, model, images, targets, args) for side in sides]
     entries = parity.compare(traces[0], traces[1], tols)
-    if args.results_file:
-        rows = [{**entry.row(), "device": str(runtime.device), "against": str(reference)} for entry in entries]
-        write_rows(args.results_file, rows, args.results_format)
-        print(f"per-layer table: {args.results_file} ({len(rows)} rows)")
-    print(parity.verdict(entries, args.steps))
-    sys.stdout.flush()
-    if parity.first_failure(entries) is not None:
-        raise RunFailed(f"{runtime.device} differs from {reference} beyond tolerance (the verdict above)")
-    return 0
+    return finish(entries, parity.verdict(entries, args.steps), args, runtime.device, reference)
 
 
 def parity_batch(args: argparse.Namespace, data_config: dict) -> tuple[torch.Tensor, torch.Tensor, str]:
@@ -247,15 +239,7 @@ def main_train(argv: list[str]) -> int:
     entries = parity_recipe.run(
         job, runtime.device, runtime.amp, reference, resolve_amp(reference, False), own.steps, tols
     )
-    if own.results_file:
-        rows = [{**entry.row(), "device": str(runtime.device), "against": str(reference)} for entry in entries]
-        write_rows(own.results_file, rows, own.results_format)
-        print(f"per-layer table: {own.results_file} ({len(rows)} rows)")
-    print(parity_recipe.verdict(entries, own.steps))
-    sys.stdout.flush()
-    if parity.first_failure(entries) is not None:
-        raise RunFailed(f"{runtime.device} differs from {reference} beyond tolerance (the verdict above)")
-    return 0
+    return finish(entries, parity_recipe.verdict(entries, own.steps), own, runtime.device, reference)
 
 
 def check_comparison_args(args: argparse.Namespace) -> None:
@@ -266,3 +250,16 @@ def check_comparison_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and not value >= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
+
+
+def finish(entries: list, verdict: str, own: argparse.Namespace, device: torch.device, reference: torch.device) -> int:
+    """The per-layer table (with --results-file), the verdict, and exit 3 when a tensor is out of tolerance."""
+    if own.results_file:
+        rows = [{**entry.row(), "device": str(device), "against": str(reference)} for entry in entries]
+        write_rows(own.results_file, rows, own.results_format)
+        print(f"per-layer table: {own.results_file} ({len(rows)} rows)")
+    print(verdict)
+    sys.stdout.flush()
+    if parity.first_failure(entries) is not None:
+        raise RunFailed(f"{device} differs from {reference} beyond tolerance (the verdict above)")
+    return 0

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from vtools.data.sampling import ResumableEpochs
 from vtools.errors import UsageError
 
 _STREAM = 0xBA1A  # keeps the balanced draw's seeds apart from other streams seeded by (seed, epoch)
@@ -73,21 +74,13 @@ class BalancedOrder(Sampler[int]):
         return self.total_size // self.world_size
 
 
-class BalancedEpochSampler(Sampler[tuple[int, int]]):
+class BalancedEpochSampler(ResumableEpochs):
     """Class-balanced draws (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch;
     the same interface as :class:`~vtools.data.sampling.EpochSampler` without repeats."""
 
     def __init__(self, labels: np.ndarray, seed: int, rank: int = 0, world_size: int = 1) -> None:
         self.order = BalancedOrder(labels, seed, rank, world_size)
         self.rank, self.world_size = rank, world_size
-        self.epoch = 0
-        self.skip = 0
-
-    def set_epoch(self, epoch: int, skip_samples: int = 0) -> None:
-        """Select the epoch's draw; skip the draws this rank already trained on (resume mid-epoch)."""
-        self.epoch = epoch
-        self.skip = skip_samples
-        self.order.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = self.epoch

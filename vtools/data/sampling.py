@@ -88,7 +88,22 @@ class CompactPermutation(DistributedSampler):
         return map(int, permutation[: self.total_size][self.rank : self.total_size : self.num_replicas].numpy())
 
 
-class EpochSampler(Sampler[tuple[int, ...]]):
+class ResumableEpochs(Sampler[tuple[int, ...]]):
+    """What the training samplers share: an ``order`` of this rank's samples per epoch, and
+    ``set_epoch(epoch, skip_samples)`` that selects the epoch and skips what a resumed run trained."""
+
+    order: Any
+    epoch: int = 0
+    skip: int = 0
+
+    def set_epoch(self, epoch: int, skip_samples: int = 0) -> None:
+        """Select the epoch's order; skip the samples this rank already trained on (resume mid-epoch)."""
+        self.epoch = epoch
+        self.skip = skip_samples
+        self.order.set_epoch(epoch)
+
+
+class EpochSampler(ResumableEpochs):
     """Seeded shuffling (sharded across ranks) yielding ``(epoch, index)``, resumable mid-epoch.
 
     With ``repeats`` (--aug-repeats), the order is timm's ``RepeatAugSampler``'s
@@ -115,14 +130,6 @@ class EpochSampler(Sampler[tuple[int, ...]]):
                 range(length), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
             )
         self.rank, self.world_size, self.repeats = rank, world_size, repeats
-        self.epoch = 0
-        self.skip = 0
-
-    def set_epoch(self, epoch: int, skip_samples: int = 0) -> None:
-        """Select the epoch's permutation; skip samples already trained on (resume mid-epoch)."""
-        self.epoch = epoch
-        self.skip = skip_samples
-        self.order.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
         if not self.repeats:

@@ -51,7 +51,8 @@ def write_shards(root: Path, members: str) -> Path:
     return root
 
 
-def labels_read(source) -> list[int]:
+def labels_read(source) -> list:
+    """Each sample's label as the store locates it (an int, or a multi-label sample's multi-hot row)."""
     found = []
     for index in range(len(source)):
         sample = source.samples.locate(index)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.data.readers.test_registry_labels import labels_read
 from vtools.data.decode import BadSample
 from vtools.data.loaders import collate
 from vtools.data.readers.registry import SourceRequest, open_source
@@ -64,15 +65,6 @@ def multi_hot(rows: list[list[int]], width: int) -> np.ndarray:
     for i, row in enumerate(rows):
         out[i, row] = 1.0
     return out
-
-
-def labels_read(source) -> list:
-    found = []
-    for index in range(len(source)):
-        sample = source.samples.locate(index)
-        assert not isinstance(sample, BadSample), sample
-        found.append(sample.label)
-    return found
 
 
 @pytest.mark.parametrize("info", [True, False], ids=["split-info", "found-by-name"])
