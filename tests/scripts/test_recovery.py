@@ -77,7 +77,9 @@ def test_sigkill_loses_at_most_the_interval_and_the_resume_is_exact(
             os.killpg(killed.pid, signal.SIGKILL)
     folder = tmp_path / "killed"
     assert not (folder / "last.pth.tar").exists()
-    assert 1 <= len(list(folder.glob("recovery-0-*.pth.tar"))) <= 2  # --recovery-keep's default
+    # --recovery-keep's default (2), plus one when the kill lands between a write and its pruning: the
+    # resumed run's first recovery write removes it (tests/train/test_recovery.py)
+    assert 1 <= len(list(folder.glob("recovery-0-*.pth.tar"))) <= 3
     resumed = run_script(train_args(fashion4, tmp_path, "killed", *flags, *RECOVERY), env=ONE_THREAD, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {folder / 'recovery-0-'}" in resumed.stdout

@@ -69,6 +69,20 @@ def test_recovery_checkpoints_are_written_in_the_background_and_the_newest_k_kep
     assert manager.recovery.count == 4 and manager.recovery.wait_seconds >= 0 and manager.recovery.copy_seconds > 0
 
 
+def test_the_extra_file_a_kill_leaves_between_write_and_prune_goes_with_the_next_write(tmp_path: Path) -> None:
+    """A SIGKILL after a recovery file is renamed into place but before the oldest is deleted leaves
+    K + 1 of them; the next process's first recovery write (its ledger names the old ones) keeps K."""
+    ledger = {f"recovery-0-{step}.pth.tar" for step in (3, 6, 9)}
+    for name in ledger:
+        torch.save(_state(0.0), tmp_path / name)
+    manager = CheckpointManager(
+        tmp_path, keep_recovery=2, on_write=lambda path: ledger.add(path.name), wrote_here=ledger.__contains__
+    )
+    manager.save_recovery(_state(1.0), 0, 12)
+    manager.wait()
+    assert [path.name for path in recovery_files(tmp_path)] == ["recovery-0-9.pth.tar", "recovery-0-12.pth.tar"]
+
+
 def test_a_recovery_save_waits_for_the_write_in_flight_and_counts_the_wait(tmp_path: Path) -> None:
     """At most one write in flight: the next save waits for a slow one, and the wait is counted."""
     release = threading.Event()
