@@ -3,11 +3,14 @@
     python3 tools/mutation_score.py --run --min 90   # a fresh mutmut run on SCOPE (fast tier), then the table;
                                                      # exit 1 under 90 %
     python3 tools/mutation_score.py --survivors      # the table again, and the survivors, from mutants/
+    python3 tools/mutation_score.py --run --group "folder scanner and index"   # one group only
 
 GROUPS names the functions (mutmut's mutant-name patterns, in the files pyproject.toml's [tool.mutmut] lists):
 top-k and the metrics, the best-epoch rule, the class report, the per-sample outcomes and their gather, the training and
 validation samplers, the training step, the schedule driver, the checkpoint and resume state, the export's
-parity check, and the readers' labels. Each mutant faces the fast-tier test files pyproject.toml lists
+parity check, the readers' labels, the epoch driver's decisions, recovery, the fused training
+augmentation and colour jitter, the timm-compatibility refusals and YAML configs, and the folder scanner and
+index. Each mutant faces the fast-tier test files pyproject.toml lists
 (mutmut runs only the tests that reach the mutated function).
 
 A mutant is killed when a test failed (or ran past mutmut's timeout: the change hung the code); it survived
@@ -32,6 +35,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 C = "\u01c1"  # mutmut's separator between a class and its method in mutant names
 SAMPLE = "[05]"  # mutant numbers ending in 0 or 5: one in five, for the largest functions
+# the epoch driver's decisions (vtools/train/run.py): which epochs validate, when a run stops, where a resume
+# starts, what it refuses; set_up, train_epoch, save_epoch and finish only call other modules in order and are
+# checked by deleting those calls (tools/delete_calls.py) and by the whole-run tests
+RUN_DECISIONS = ["validates", "epochs", "continues", "stopped_within", "stops_after", "stops_early", "epochs_trained"]
+RUN_CHECKS = [
+    "multi_label_metric",
+    "stop_check_every",
+    "resume_position",
+    "check_same_label_kind",
+    "check_labels_fit",
+    "keep_global_batch",
+    "check_same_experiment",
+    "check_finite",
+    "ema_on_device",
+    "eval_model",
+]
 GROUPS = {  # run in this order: what decides reported numbers first
     "top-k, metrics, samplers": [
         "vtools.evaluation.loops.x_topk_correct__mutmut_*",
@@ -89,6 +108,26 @@ GROUPS = {  # run in this order: what decides reported numbers first
         "vtools.train.checkpoint.x_host_copy__mutmut_*",
         f"vtools.train.checkpoint.x{C}CheckpointManager{C}*",
     ],
+    "epoch driver's decisions, recovery": [
+        f"vtools.train.run.x{C}EpochSettings{C}of__mutmut_*",
+        *(f"vtools.train.run.x{C}TrainingRun{C}{name}__mutmut_*" for name in RUN_DECISIONS),
+        *(f"vtools.train.run.x_{name}__mutmut_*" for name in RUN_CHECKS),
+        "vtools.train.recovery.x*",
+    ],
+    "fused training augmentation, colour jitter": [
+        "vtools.data.color_jitter.x*",
+        f"vtools.data.train_augment.x*{SAMPLE}",
+    ],
+    "timm-compatibility refusals, YAML": [
+        "vtools.cli.timm_compat.x*",
+        f"vtools.cli.config.x*{SAMPLE}",
+    ],
+    "folder scanner and index": [
+        "vtools.data.readers.scan.x*",
+        "vtools.data.readers.path_table.x*",
+        "vtools.data.readers.split_scan.x*",
+        "vtools.data.readers.listing.x*",
+    ],
     "class report, outcomes, epoch loop (one in five)": [
         f"vtools.evaluation.class_report.*__mutmut_*{SAMPLE}",
         f"vtools.evaluation.predictions.x{C}PredictionLog{C}*{SAMPLE}",
@@ -113,17 +152,17 @@ def read_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
     return found
 
 
-def in_scope(name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SCOPE)
+def in_scope(name: str, patterns: list[str] = SCOPE) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def read_results(mutants: Path) -> dict[str, dict[str, int | None]]:
-    """module path -> {mutant name: mutmut exit code} for the mutants in SCOPE."""
+def read_results(mutants: Path, patterns: list[str] = SCOPE) -> dict[str, dict[str, int | None]]:
+    """module path -> {mutant name: mutmut exit code} for the mutants ``patterns`` name (all of SCOPE)."""
     results = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         module = meta.relative_to(mutants).as_posix().removesuffix(".meta")
         codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
-        results[module] = {name: code for name, code in codes.items() if in_scope(name)}
+        results[module] = {name: code for name, code in codes.items() if in_scope(name, patterns)}
     return results
 
 
@@ -190,15 +229,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--run", action="store_true", help="delete --mutants and run mutmut on SCOPE first (about 25 mutants a minute)"
     )
+    parser.add_argument(
+        "--group",
+        action="append",
+        choices=list(GROUPS),
+        help="run and score only this group (repeat for more; default: every group)",
+    )
     args = parser.parse_args(argv)
+    groups = {name: GROUPS[name] for name in args.group} if args.group else GROUPS
     if args.run and Path(args.mutants).resolve() != MUTMUT_FOLDER:
         parser.error(f"--run writes mutmut's results to {MUTMUT_FOLDER}; leave --mutants out")
     if args.run:  # from scratch: mutmut keeps results across edits to files it does not track
         shutil.rmtree(MUTMUT_FOLDER, ignore_errors=True)
-    for group, patterns in GROUPS.items() if args.run else ():
+    for group, patterns in groups.items() if args.run else ():
         print(f"mutmut: {group}", flush=True)
         subprocess.run(["mutmut", "run", "--max-children", str(os.cpu_count() or 1), *patterns], cwd=ROOT, check=False)
-    results = read_results(Path(args.mutants))
+    results = read_results(Path(args.mutants), [pattern for patterns in groups.values() for pattern in patterns])
     if not results:
         print(f"no mutmut results in {args.mutants}: run `mutmut run` first", file=sys.stderr)
         return 2

@@ -71,6 +71,14 @@ def test_a_repeated_call_gets_its_own_id(tool) -> None:
     assert [m.id for m in tool.call_statements(source, "m.py", ["f"])] == ["m.py::f::x.step()", "m.py::f::x.step() #2"]
 
 
+def test_a_call_in_a_nested_function_is_one_mutant_under_the_nested_name(tool) -> None:
+    source = "def outer(x):\n    def inner():\n        x.update()\n    x.step()\n    return inner\n"
+    assert [m.id for m in tool.call_statements(source, "m.py", ["outer*"])] == [
+        "m.py::outer.inner::x.update()",
+        "m.py::outer::x.step()",
+    ]
+
+
 def test_a_deleted_statement_leaves_code_that_parses(tool) -> None:
     source = "def f(x):\n    if x:\n        x.update(\n            1,\n        )\n    return x\n"
     (mutant,) = tool.call_statements(source, "m.py", ["f"])
@@ -88,6 +96,30 @@ def test_mutants_are_judged_by_real_tests(tool, tmp_path: Path) -> None:
     assert tool.run_mutant(found["counter.add(value)"], tmp_path, ["test_toy.py"], timeout=120) == "killed"
     assert tool.run_mutant(found["print('filled')"], tmp_path, ["test_toy.py"], timeout=120) == "survived"
     assert (tmp_path / "toy.py").read_text() == SOURCE  # restored after each
+
+
+def test_a_test_named_by_node_id_runs_in_any_tier_after_the_files(tool, tmp_path: Path) -> None:
+    """A slow test is left out of a file's fast tier, and run when named: the print's deletion survives the
+    fast file and dies in the named slow test."""
+    (tmp_path / "toy.py").write_text(SOURCE)
+    (tmp_path / "test_toy.py").write_text(TEST)
+    slow = "import pytest\nfrom toy import Counter, fill\n\n\n@pytest.mark.slow\ndef test_says_filled(capsys):\n"
+    slow += "    fill(Counter(), [1])\n    assert capsys.readouterr().out == 'filled\\n'\n"
+    (tmp_path / "test_slow.py").write_text(slow)
+    (tmp_path / "conftest.py").write_text("")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: whole runs\n")
+    found = {m.text: m for m in tool.call_statements(SOURCE, "toy.py", ["fill"])}
+    printed = found["print('filled')"]
+    assert tool.run_mutant(printed, tmp_path, ["test_toy.py", "test_slow.py"], timeout=120) == "survived"
+    named = ["test_toy.py", "test_slow.py::test_says_filled"]
+    assert tool.run_mutant(printed, tmp_path, named, timeout=120) == "killed"
+    assert tool.run_mutant(printed, tmp_path, ["test_slow.py"], timeout=120) == "no tests"
+
+
+def test_the_table_counts_each_module_and_scores_without_its_equivalents(tool) -> None:
+    outcomes = {"a.py::f::x()": "killed", "a.py::f::y()": "survived", "b.py::g::z()": "killed"}
+    lines = tool.table(outcomes, {"a.py::f::w()": "why"}).splitlines()
+    assert lines[2:] == ["| `a.py` | 3 | 1 | 1 | 1 | 50.0 % |", "| `b.py` | 1 | 1 | 0 | 0 | 100.0 % |"]
 
 
 def test_the_score_leaves_equivalents_out(tool, tmp_path: Path) -> None:

@@ -75,6 +75,29 @@ def test_run_starts_mutmut_afresh_on_each_group(tool, tmp_path: Path, monkeypatc
     assert all(call[:3] == ["mutmut", "run", "--max-children"] for call in calls)
 
 
+def test_a_group_runs_and_scores_only_its_own_patterns(
+    tool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    calls = []
+    monkeypatch.setattr(tool, "MUTMUT_FOLDER", tmp_path / "mutants")
+
+    def mutmut(command: list[str], **kwargs: object) -> None:  # writes one result of each group's module
+        calls.append(command)
+        meta = tmp_path / "mutants" / "vtools" / "train" / "recovery.py.meta"
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        codes = {
+            "vtools.train.recovery.x_recovery_saver__mutmut_1": 1,
+            "vtools.train.loop.x__optimizer_step__mutmut_1": 0,
+        }
+        meta.write_text(json.dumps({"exit_code_by_key": codes}))
+
+    monkeypatch.setattr(tool.subprocess, "run", mutmut)
+    group = "epoch driver's decisions, recovery"
+    assert tool.main(["--run", "--group", group, "--min", "100"]) == 0  # the other group's survivor is not counted
+    assert [call[4:] for call in calls] == [tool.GROUPS[group]]
+    assert "100.0 %" in capsys.readouterr().out
+
+
 def test_run_refuses_another_folder(tool, tmp_path: Path) -> None:
     kept = tmp_path / "mine"
     kept.mkdir()
