@@ -109,7 +109,17 @@ def test_refused_flags_pass_at_timms_default_and_stop_in_one_line_otherwise(scri
         with pytest.raises(UsageError) as caught:
             our_parser(script).parse_args(_non_default_argv(action))
         message = str(caught.value)
-        assert "\n" not in message and message.startswith(flag) and reason in message
+        given = " ".join(_non_default_argv(action)[1:]) if action.nargs != 0 else ""  # a switch shows no value
+        assert message == f"{flag} {given}".strip() + f": {reason}"  # the value as given, then why
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_refused_and_no_op_flags_are_hidden_from_help_and_each_says_why(script: str) -> None:
+    parser = our_parser(script)
+    shown = parser.format_help()
+    for flag, reason in {**refused_flags(parser), **no_op_flags(parser)}.items():
+        assert isinstance(reason, str) and len(reason) > 10, flag
+        assert not re.search(rf"{re.escape(flag)}\b", shown), f"{flag} is in --help"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

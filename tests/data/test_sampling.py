@@ -123,3 +123,54 @@ def test_repeated_order_is_shuffled() -> None:
     keys = list(itertools.chain(*shares(40, 2, 0, repeats=2)))
     runs = [index for index, _ in itertools.groupby(i for _, i, _ in sorted(keys, key=lambda key: key[2]))]
     assert runs != sorted(runs)
+
+
+class _Draws:
+    """A dataset whose items are what its transforms would draw from each random stream they use (timm's
+    RandomResizedCrop and RandAugment draw from Python's random, others from numpy's or torch's)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple:
+        import random
+
+        import numpy as np
+        import torch
+
+        return (random.random(), float(np.random.rand()), float(torch.rand(1))), index
+
+
+def test_each_random_stream_is_seeded_by_the_sample_so_a_resume_draws_the_same() -> None:
+    from vtools.data.sampling import SeededSamples
+
+    samples = SeededSamples(_Draws(), seed=5)
+    first = samples[(1, 2)][0]
+    samples[(0, 3)]  # another sample between: the streams are seeded afresh for each
+    assert samples[(1, 2)][0] == first
+    assert all(a != b for a, b in zip(samples[(1, 3)][0], first))  # every stream differs for another sample
+
+
+class _SomeBad:
+    """Items 1, 2 and 3 cannot be read; the others can."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> tuple:
+        from vtools.data.decode import BadSample
+
+        if index in (1, 2, 3):
+            return BadSample(f"img{index}.jpg", "truncated", step="decode"), index, None
+        return f"pixels {index}", index, None
+
+
+def test_a_bad_image_is_replaced_by_the_next_readable_one_and_every_bad_one_on_the_way_is_reported() -> None:
+    from vtools.data.sampling import SeededSamples
+
+    pixels, label, _, reported = SeededSamples(_SomeBad(), seed=0, replace_bad=True)[(2, 1)]
+    assert (pixels, label) == ("pixels 4", 4)
+    assert [(bad.path, bad.where, bad.replaced) for bad in reported] == [
+        (f"img{index}.jpg", "epoch 2", True) for index in (1, 2, 3)
+    ]
+    assert SeededSamples(_SomeBad(), seed=0)[(2, 1)][0].replaced is False  # without replacing: carried as is

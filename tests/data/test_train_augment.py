@@ -4,13 +4,14 @@ image is decoded in full, reduced-scale decoding only where the crop covers the 
 from __future__ import annotations
 
 import io
+import math
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageEnhance
 from timm.data import create_transform
 
 from vtools.data import color_jitter
@@ -161,3 +162,62 @@ def test_jitter_groups_images_by_their_order(device: torch.device) -> None:
     for k, image in enumerate(images):
         expected = image if k == 5 else seeded(k, lambda: jitter(image))  # noqa: B023
         assert torch.equal(out[k], torch.from_numpy(np.asarray(expected).copy()).permute(2, 0, 1).float()), k
+
+
+def _jittered(image: Image.Image, device: torch.device, step: int, factor: float) -> Image.Image:
+    """``image`` through color_jitter.apply with one step (``step``: contrast or saturation) at ``factor``."""
+    order = [step, *(other for other in range(4) if other != step)]
+    params = torch.tensor([[*order, math.nan, math.nan, math.nan]], dtype=torch.float32)
+    params[0, 4 + step] = factor
+    batch = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)[None].float()
+    out = color_jitter.apply(batch.to(device), params).cpu()[0]
+    return Image.fromarray(out.permute(1, 2, 0).to(torch.uint8).numpy())
+
+
+def test_saturation_grays_each_colour_as_pil_rounds_it(device: torch.device) -> None:
+    """PIL's luma rounds (19595 R + 38470 G + 7471 B + 32768) >> 16: the colours whose sum lands one below a
+    rounding edge are where another rounding would differ (all 247 of them)."""
+    values = np.arange(256, dtype=np.int64)
+    red, green, blue = np.meshgrid(values, values, values, indexing="ij")
+    edge = (red * 19595 + green * 38470 + blue * 7471) % 65536 == 32767
+    pixels = np.stack([red[edge], green[edge], blue[edge]], axis=-1).astype(np.uint8)[None]
+    image = Image.fromarray(pixels, "RGB")
+    assert np.array_equal(
+        np.asarray(_jittered(image, device, color_jitter.SATURATION, 0.0)),
+        np.asarray(ImageEnhance.Color(image).enhance(0.0)),
+    )
+
+
+def test_contrast_on_a_large_image_takes_pils_integer_mean(device: torch.device) -> None:
+    """720 x 500 gray pixels sum to 36 179 999, beyond float32's exact integers: PIL's mean is 100.4999..,
+    rounded to 100; a float sum rounds it to 100.5 and the image to 101."""
+    gray = np.full(720 * 500, 100, dtype=np.uint8)
+    gray[:179_999] = 101
+    image = Image.fromarray(np.repeat(gray.reshape(500, 720, 1), 3, axis=2), "RGB")
+    jittered = np.asarray(_jittered(image, device, color_jitter.CONTRAST, 0.0))
+    assert np.array_equal(jittered, np.asarray(ImageEnhance.Contrast(image).enhance(0.0)))
+    assert (jittered == 100).all()
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_grayscale_file_stays_one_channel_until_the_batch(device: torch.device, mode: str) -> None:
+    """A grayscale JPEG read for an RGB model is cropped, resized and kept (decoded in full for a kept set)
+    in one channel, a third of the work; the batch has timm's three equal channels. An L model reads L."""
+    gray = jpeg_bytes(Image.open(SNEAKER).convert("L"))
+    fused = fuse(timm_train(24), mode, computes_on_host=False)
+    assert fused.decode(gray, "sneaker.jpg").mode == "L"
+    augmented = seeded(3, lambda: fused.from_source(gray, "sneaker.jpg"))
+    assert augmented.pixels.shape == (24, 24, 1)
+    if mode == "RGB":
+        theirs = seeded(3, lambda: timm_train(24)(Image.open(io.BytesIO(gray)).convert("RGB")))
+        assert torch.equal(on_device([augmented], device)[0], theirs.float())
+
+
+def test_an_image_of_another_mode_is_converted_and_gray_stays_one_channel(device: torch.device) -> None:
+    """A kept image is augmented as decoded: RGBA (a PNG with transparency) becomes RGB as timm's loader
+    makes it; a grayscale one stays in one channel until the batch."""
+    fused = fuse(timm_train(24), "RGB", computes_on_host=False)
+    rgba = photo(40, 30).convert("RGBA")
+    ours = on_device([seeded(5, lambda: fused(rgba))], device)[0]
+    assert torch.equal(ours, seeded(5, lambda: timm_train(24)(rgba.convert("RGB"))).float())
+    assert seeded(5, lambda: fused(photo(40, 30).convert("L"))).pixels.shape == (24, 24, 1)

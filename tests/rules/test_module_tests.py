@@ -26,7 +26,6 @@ TESTED_ELSEWHERE = {
     "vtools/runtime/device_kinds.py": "the table itself: tests/runtime/test_device.py reads every row",
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
-    "vtools/cli/config.py": "YAML run files: tests/cli/test_timm_compat.py round-trips timm's args.yaml",
     "vtools/cli/flag_values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",
     "vtools/cli/infer_flags.py": "inference.py's flags: tests/cli/test_eval_flags.py against timm's objects",
     "vtools/cli/options.py": "the shared flags: tests/cli/test_timm_compat.py compares them with timm's option list",

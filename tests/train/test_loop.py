@@ -9,7 +9,7 @@ import torch
 
 from vtools.data.loaders import Batch
 from vtools.runtime.amp import resolve_amp
-from vtools.train.loop import TrainComponents, train_one_epoch
+from vtools.train.loop import StopRequest, TrainComponents, train_one_epoch
 
 BATCH, FEATURES, CLASSES = 4, 6, 3
 
@@ -110,6 +110,15 @@ def test_a_ranks_own_first_signal_after_an_agreed_stop_asks_for_a_checkpoint(mon
         with pytest.raises(SystemExit) as ended:
             os.kill(os.getpid(), signal.SIGTERM)  # a second one: stop now, with the stop's exit code
         assert ended.value.code == 143
+
+
+def test_ranks_agree_on_a_stop_only_at_check_points_or_where_every_rank_is() -> None:
+    """Between check points a rank must not stop alone (the others would wait in a collective for it);
+    after validation (no update count) every rank is at the same point."""
+    with StopRequest(check_every=4) as stop:
+        stop.signal_name = "SIGTERM"
+        assert [stop.agreed(n) for n in (1, 3, 4, 6, 8)] == [False, False, True, False, True]
+        assert stop.agreed()
 
 
 @pytest.mark.parametrize("started_ignoring", [False, True])

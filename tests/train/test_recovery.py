@@ -8,14 +8,16 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from vtools.cli.flag_values import interval_seconds, recovery_interval
-from vtools.train.checkpoint import CheckpointManager, recovery_files
-from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule
-from vtools.train.resume import _continue, has_checkpoint
+from vtools.train.checkpoint import LAST, CheckpointManager, recovery_files
+from vtools.train.loop import UpdatePoint
+from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule, recovery_saver
+from vtools.train.resume import Position, _continue, has_checkpoint
 
 
 def test_the_interval_is_a_count_of_updates_or_a_time_of_training() -> None:
@@ -48,6 +50,26 @@ def test_a_time_schedule_is_due_once_its_time_has_passed_and_only_at_check_point
     schedule.restart_clock()
     assert not schedule.due(6)
     assert schedule.describe() == "every 0.2 s of training"
+
+
+def test_the_ranks_agree_on_a_time_interval_with_a_tensor_on_the_runs_device(monkeypatch, device) -> None:
+    """NCCL and HCCL reduce device tensors only: the agreement's flag goes to the run's device."""
+    import vtools.train.recovery as recovery
+
+    asked: list[torch.device] = []
+    monkeypatch.setattr(recovery, "any_rank", lambda flag, on: asked.append(on) or flag)
+    schedule = RecoverySchedule.of("1h", 2, device)
+    assert not schedule.due(2) and asked == [device]
+
+
+def test_a_time_schedule_is_due_the_moment_its_interval_is_reached(monkeypatch) -> None:
+    import vtools.train.recovery as recovery
+
+    clock = iter([100.0, 100.25])
+    monkeypatch.setattr(recovery, "time", SimpleNamespace(monotonic=lambda: next(clock)))  # this module's clock
+    schedule = RecoverySchedule.of("0.25s", 1, torch.device("cpu"))
+    schedule.restart_clock()  # at 100.0
+    assert schedule.due(1)  # 0.25 s later, exactly the interval
 
 
 def _state(value: float) -> dict:
@@ -94,6 +116,19 @@ def test_a_recovery_save_waits_for_the_write_in_flight_and_counts_the_wait(tmp_p
     assert time.perf_counter() - started >= 0.25
     assert manager.recovery.wait_seconds >= 0.25
     manager.wait()
+
+
+def test_a_stop_checkpoint_waits_for_the_epoch_save_in_flight(tmp_path: Path) -> None:
+    """A signal right after an epoch's save began: the stop checkpoint is written once that save is done,
+    so the background write cannot land on top of the newer state."""
+    release = threading.Event()
+    in_background = lambda: threading.current_thread() is not threading.main_thread()  # noqa: E731
+    manager = CheckpointManager(tmp_path, on_write=lambda path: in_background() and release.wait(1.0))
+    manager.save(_state(1.0), epoch=0, metric=None)  # its writer blocks in on_write for up to a second
+    threading.Timer(0.3, release.set).start()
+    manager.save_interrupted({**_state(2.0), "epoch": 1})
+    manager.wait()
+    assert torch.equal(torch.load(tmp_path / LAST, weights_only=True)["state_dict"]["w"], torch.full((4,), 2.0))
 
 
 def test_a_failed_recovery_write_is_raised_at_the_next_save(tmp_path: Path) -> None:
@@ -156,3 +191,48 @@ def test_only_recovery_checkpoints_a_run_wrote_are_pruned(tmp_path: Path) -> Non
         manager.save_recovery(_state(float(step)), 0, step)
     manager.wait()
     assert [path.name for path in recovery_files(tmp_path)] == ["recovery-0-1.pth.tar", "recovery-0-6.pth.tar"]
+
+
+def _point(num_updates: int) -> UpdatePoint:
+    return UpdatePoint(0, num_updates, num_updates, torch.tensor(2.5 * num_updates), 16 * num_updates)
+
+
+@pytest.mark.parametrize("is_main", [True, False])
+def test_the_saver_records_every_rank_at_due_updates_and_rank_0_writes(tmp_path: Path, is_main: bool) -> None:
+    """Every rank records the state at the same due update (its streams are gathered into it); only rank 0
+    writes the file."""
+    recorded: list[tuple[Position, float, int]] = []
+
+    def record(where: Position, result) -> dict:
+        recorded.append((where, result.local_loss_sum, result.completed_steps))
+        return _state(float(where.num_updates))
+
+    manager = CheckpointManager(tmp_path, keep_recovery=5)
+    save = recovery_saver(RecoverySchedule(2, None, 1, torch.device("cpu")), record, manager, is_main)
+    for update in range(1, 6):
+        save(_point(update))
+    manager.wait()
+    assert recorded == [(Position(0, 2, 2), 5.0, 2), (Position(0, 4, 4), 10.0, 4)]
+    expected = ["recovery-0-2.pth.tar", "recovery-0-4.pth.tar"] if is_main else []
+    assert [path.name for path in recovery_files(tmp_path)] == expected
+
+
+def test_a_time_interval_counts_from_the_last_recovery_checkpoint(tmp_path: Path) -> None:
+    schedule = RecoverySchedule(0, 0.2, 1, torch.device("cpu"))
+    recorded: list[int] = []
+    manager = CheckpointManager(tmp_path, keep_recovery=5)
+    save = recovery_saver(schedule, lambda where, _: recorded.append(where.num_updates) or _state(0.0), manager, True)
+    time.sleep(0.25)
+    save(_point(1))  # the interval has passed: taken, and the clock starts again
+    save(_point(2))  # at once after: not due
+    manager.wait()
+    assert recorded == [1]
+
+
+def test_the_progress_mark_is_rewritten_without_waiting_for_the_disk(tmp_path: Path, monkeypatch) -> None:
+    """The mark is rewritten at every log step: a flush to the disk there would stall training (an epoch
+    checkpoint, written rarely, is flushed)."""
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    ProgressMark(tmp_path).write(0, 3, 3)
+    assert ProgressMark(tmp_path).updates_reached() == 3 and synced == []

@@ -30,14 +30,17 @@ from vtools.train.assemble import build_components
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, host_copy, load_training_state
 from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents, train_one_epoch
+from vtools.train.recovery import ProgressMark
 from vtools.train.resume import (
     Position,
+    RunFolder,
     SavedOptions,
     experiment_changes,
     restore,
     start_at_epoch,
     training_state,
 )
+from vtools.train.run import resume_position
 
 FEATURES, CLASSES, BATCH, STEPS = 6, 3, 4, 4
 FLAGS = ["--lr", "0.05", "--momentum", "0.9", "--sched", "cosine", "--warmup-epochs", "1", "--epochs", "5"]
@@ -511,3 +514,67 @@ def test_a_resume_names_the_options_it_changes_but_the_declared_ones() -> None:
     assert experiment_changes(state, halved_accumulating, ["a"], 8, 1) == []  # the same global batch
     undeclared = SavedOptions(now.values, changeable - {"output"})
     assert experiment_changes(state, undeclared, ["a"], 8, 1) == ["--lr 0.05 -> 0.5", "--output (none) -> elsewhere"]
+
+
+def test_the_run_begins_where_the_checkpoint_or_start_epoch_says_and_says_so(
+    device: torch.device, tmp_path: Path
+) -> None:
+    """resume_position: train.py's options reach restore() (this process's batch, --no-resume-opt, the seed a
+    changed process count re-seeds with), the line says where the run continues and how many updates the
+    process before had trained past it, and --start-epoch begins a run at the schedule of that epoch."""
+    args = _args()
+    run = _components(device, args, seed=0)
+    result, updates = train_one_epoch(run, _batches(device, 0)[:3], 0, 0, show_progress=False)
+    state = training_state(vars(args), run, Position(0, 3, updates), [], device, DistInfo(), {}, result)
+    saved = _save_and_read(state, tmp_path)
+    folder = RunFolder(tmp_path, tmp_path / LAST)
+    ProgressMark(tmp_path).write(0, 4, 4)  # the killed process had logged update 4
+    loaders = SimpleNamespace(updates_per_epoch=lambda accum: -(-STEPS // accum))
+    said: list[str] = []
+
+    def begin(flags: list[str], saved_state: dict | None, dist_info: DistInfo | None = None):
+        job = typed_options(TrainJob, _args(*flags))
+        parts = _components(device, _args(*flags), seed=1)
+        manager = CheckpointManager(tmp_path / "resumed")
+        ranks = dist_info or DistInfo()
+        return resume_position(job, saved_state, folder, parts, manager, loaders, ranks, said.append), parts
+
+    position, parts = begin(["--batch-size", "2"], saved)
+    assert (position.epoch, position.step, position.num_updates, position.samples_before) == (0, 6, 3, 12)
+    assert _same(parts.model, run.model) and parts.optimizer.state_dict()["state"] != {}
+    assert said == [
+        f"resumed from {tmp_path / LAST} at epoch 0, step 6; the process before had reached update 4 at its "
+        "last log step: 1 update(s) are trained again"
+    ]
+    _, parts = begin(["--no-resume-opt"], saved)
+    assert _same(parts.model, run.model) and parts.optimizer.state_dict()["state"] == {}
+    begin(["--seed", "7"], saved, DistInfo(1, 2))
+    drawn = torch.rand(2)
+    assert said[-1].endswith(
+        "re-seeded, so the run will not repeat an uninterrupted one exactly); the process before had "
+        "reached update 4 at its last log step: 1 update(s) are trained again"
+    )  # both notes
+    torch.manual_seed(7 + 1)  # another process count: rank 1 re-seeds with the run's seed + its rank
+    assert torch.equal(drawn, torch.rand(2))
+    said.clear()
+    assert begin([], None)[0] == Position() and said == []
+    for on_updates in ([], ["--sched-on-updates"]):
+        flags = ["--start-epoch", "3", "--grad-accum-steps", "2", *on_updates]
+        position, parts = begin(flags, None)
+        assert position == Position(3, 0, 3 * 2)  # two updates per epoch of 4 batches
+        reached = _components(device, _args(*flags), seed=1)
+        start_at_epoch(reached, 3, 2, bool(on_updates))
+        assert recipe.mean_lr(parts.optimizer) == recipe.mean_lr(reached.optimizer)
+
+
+def test_a_resumed_optimizer_keeps_this_runs_implementation_flags() -> None:
+    """A checkpoint from a device whose optimizer took the fused step resumes on one that takes the
+    per-tensor step (and back): the state is the checkpoint's, the implementation this run's."""
+    weights = [torch.nn.Parameter(torch.ones(3))]
+    saved = torch.optim.SGD(weights, lr=0.1, momentum=0.9, foreach=True)
+    weights[0].grad = torch.ones(3)
+    saved.step()
+    here = torch.optim.SGD([torch.nn.Parameter(torch.ones(3))], lr=0.5, momentum=0.9, foreach=False)
+    recipe.load_optimizer_state(here, saved.state_dict())
+    assert here.param_groups[0]["foreach"] is False and here.param_groups[0]["lr"] == 0.1
+    assert torch.equal(next(iter(here.state.values()))["momentum_buffer"], torch.ones(3))

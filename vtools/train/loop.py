@@ -88,10 +88,10 @@ class StopRequest:
     def requested(self) -> bool:
         return self.signal_name is not None
 
-    def agreed(self, num_updates: int = 0, now: bool = False) -> bool:
-        """Whether every rank stops after update ``num_updates`` (always False between check points),
-        or, with ``now``, at this point that every rank reaches (after validation)."""
-        if num_updates % self.check_every and not now:
+    def agreed(self, num_updates: int | None = None) -> bool:
+        """Whether every rank stops after update ``num_updates`` (always False between check points), or,
+        without one, at this point that every rank reaches (after validation)."""
+        if num_updates is not None and num_updates % self.check_every:
             return False
         stop = any_rank(self.requested, self.device)
         if stop and self.signal_name is None:

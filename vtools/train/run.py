@@ -346,7 +346,7 @@ class TrainingRun:
     def stops_after(self, epoch: int, stop: StopRequest) -> bool:
         """Whether the ranks agree to stop after this saved epoch (a signal during its validation or its
         save); once its checkpoint is whole. After the last epoch the run finishes its files instead."""
-        if stop.agreed(now=True) and epoch + 1 < self.num_epochs:
+        if stop.agreed() and epoch + 1 < self.num_epochs:
             self.manager.wait()
             return True
         return False
@@ -570,7 +570,7 @@ def check_same_label_kind(train: Source, val: Source) -> None:
             f"{multi.description} is multi-label but {single.description} has one label per image: give both "
             "splits a labels file (labels.csv or labels.json), or neither"
         )
-    if kinds[0] is not None and kinds[1] is not None and kinds[0].num_classes != kinds[1].num_classes:
+    if kinds[0] is not None and kinds[0].num_classes != kinds[1].num_classes:  # both are, after the check above
         raise UsageError(
             f"{train.description} has {kinds[0].num_classes} classes but {val.description} has "
             f"{kinds[1].num_classes}: the splits must name the same classes"
