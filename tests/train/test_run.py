@@ -11,6 +11,8 @@ import pytest
 from vtools.data.readers.registry import Source
 from vtools.errors import UsageError
 from vtools.evaluation.loops import EvalResult
+from vtools.runtime.distributed import DistInfo
+from vtools.train.early_stop import EarlyStop
 from vtools.train.loop import EpochResult
 from vtools.train.resume import Position
 from vtools.train.run import EpochSettings, TrainingRun, check_labels_fit
@@ -41,11 +43,13 @@ class Recorder:
     def wait(self) -> None:
         self.waits += 1
 
-    def agreed(self, num_updates: int = 0, now: bool = False) -> bool:
+    def agreed(self, num_updates: int | None = None) -> bool:
         return self._agreed
 
 
-def a_run(num_epochs: int, manager: Recorder | None = None, first_epoch: int = 0) -> TrainingRun:
+def a_run(
+    num_epochs: int, manager: Recorder | None = None, first_epoch: int = 0, early_stop: EarlyStop | None = None
+) -> TrainingRun:
     """A run with only what the decisions read (the rest is never reached)."""
     nothing = None
     return TrainingRun(
@@ -53,15 +57,16 @@ def a_run(num_epochs: int, manager: Recorder | None = None, first_epoch: int = 0
         data=nothing,
         parts=nothing,
         loaders=nothing,
-        manager=manager,
+        manager=manager or Recorder(),
         claim=nothing,
-        dist_info=nothing,
+        dist_info=DistInfo(),
         lr=0.1,
         num_epochs=num_epochs,
         position=Position(epoch=first_epoch),
         decode_during_validation=False,
         checkpoint_state=lambda where, result: None,
         empty_model=lambda: None,
+        early_stop=early_stop,
     )
 
 
