@@ -91,6 +91,7 @@ def save_listing(file: Path, scan: SplitScan) -> None:
         "ends": paths.ends,
         "folder_ends": paths.folder_ends,
     }
+    file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(file, lambda handle: np.savez(handle, **arrays), durable=False)
 
 
