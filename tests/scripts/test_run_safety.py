@@ -345,8 +345,10 @@ def test_a_folder_an_earlier_run_left_without_a_checkpoint_is_not_offered_to_con
     assert f"--resume auto: no checkpoint in {folder} yet, starting from scratch" in resumed.stdout
 
 
-HANG_UP_TERMINAL = (  # start the run with the pty on stdin as its controlling terminal, as a login shell does
-    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.executable, sys.argv[1:])"
+HANG_UP_TERMINAL = (  # start the run with the pty on stdin as its controlling terminal, as a login shell does;
+    # SIGHUP back to its default, as there: a suite started under nohup would hand its children SIGHUP ignored
+    "import fcntl, os, signal, sys, termios; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.executable, sys.argv[1:])"
 )
 
 
