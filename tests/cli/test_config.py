@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pin-mem", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--mean", type=float, nargs=3, default=None)
     parser.add_argument("--decay-milestones", type=int, nargs="+", default=[90, 180])
+    parser.add_argument("--tags", nargs="*", default=None)
     parser.add_argument("--model-kwargs", default={})
     parser.add_argument("--interpolation", type=_checked_name, default="")
     parser.add_argument("--sched", choices=["cosine", "step"], default="cosine")
@@ -97,6 +98,8 @@ def _yaml(tmp_path: Path, text: str) -> dict:
             {"model_kwargs": {"drop_rate": 0.1}, "interpolation": "bicubic"},
         ),
         ("lr: null\nsched: step\n", {"lr": None, "sched": "step"}),
+        ("tags: [a, 2]\n", {"tags": ["a", "2"]}),  # nargs="*": a list, possibly empty
+        ("tags: []\n", {"tags": []}),
     ],
 )
 def test_values_are_converted_as_their_flags_convert_them(tmp_path: Path, text: str, values: dict) -> None:
@@ -143,6 +146,7 @@ def test_a_wrong_value_is_refused_naming_the_key_and_what_it_takes(tmp_path: Pat
         ("- lr\n- 0.1\n", "must be a mapping of option: value"),
         ("[lr]: 0.1\n", ": line 1: a key must be an option name, not a list"),
         ("{lr: 1}: 0.1\n", ": line 1: a key must be an option name, not a mapping"),
+        ("lr: 0.1\n? !!set {a: null}\n: 1\n", ": line 2: a key must be an option name, not a set"),
     ],
 )
 def test_a_file_that_is_not_a_mapping_of_options_is_one_line(tmp_path: Path, text: str, error: str) -> None:
@@ -151,6 +155,17 @@ def test_a_file_that_is_not_a_mapping_of_options_is_one_line(tmp_path: Path, tex
     with pytest.raises(UsageError) as refused:
         read_yaml(config)
     assert str(refused.value) == f"config {config} {error}".replace(" :", ":")
+
+
+def test_a_control_character_is_one_line_naming_its_line(tmp_path: Path) -> None:
+    """YAML's reader refuses control characters with a position, no line mark, and a two-line message."""
+    config = tmp_path / "run.yaml"
+    config.write_text("\nlr: 0.1\nepochs: 3\x07\n")
+    with pytest.raises(UsageError) as refused:
+        read_yaml(config)
+    assert str(refused.value) == (
+        f"config {config} is not valid YAML at line 3: special characters are not allowed (U+0007)"
+    )
 
 
 def test_a_missing_folder_or_binary_file_is_one_line(tmp_path: Path) -> None:
@@ -175,6 +190,24 @@ def test_keywords_are_checked_as_the_files_values_are() -> None:
     with pytest.raises(UsageError) as refused:
         keyword_values(_parser(), {"epochs": None}, "fit()")
     assert str(refused.value) == "fit(): option 'epochs' expects an integer, got None"
+    # no YAML text to take: a number for a name becomes its text, a checking type sees the value itself
+    named = keyword_values(_parser(), {"experiment": 2024, "interpolation": "bicubic"}, "fit()")
+    assert named == {"experiment": "2024", "interpolation": "bicubic"}
+
+
+def test_the_config_option_is_not_a_key_nor_a_keyword(tmp_path: Path) -> None:
+    """A file naming another file, or a keyword naming one, would chain configs: refused, as timm's -c is."""
+    with pytest.raises(UsageError) as refused:
+        yaml_defaults(_parser_with_config(), {"config": "other.yaml"}, "run.yaml")
+    assert str(refused.value).startswith("config run.yaml: unknown key 'config'")
+    with pytest.raises(UsageError) as refused:
+        keyword_values(_parser_with_config(), {"config": "other.yaml"}, "fit()")
+    assert str(refused.value).startswith("fit(): unknown option 'config'")
+
+
+def test_the_config_flags_help_says_what_the_file_holds() -> None:
+    assert "-c FILE, --config FILE\n" in _parser_with_config().format_help()
+    assert "YAML file of options (keys = flag names)" in " ".join(_parser_with_config().format_help().split())
 
 
 def test_the_config_flag_and_a_dumped_config_run_again(tmp_path: Path) -> None:

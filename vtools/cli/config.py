@@ -42,19 +42,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise UsageError(f"config {path} does not exist")
     try:
-        loader = _StrictLoader(file.read_text(encoding="utf-8"))
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"config {path} is not UTF-8 text (byte {err.start})") from err
+    try:
+        loader = _StrictLoader(text)
         try:
             data = loader.get_single_data() or {}
         finally:
             loader.dispose()
-    except UnicodeDecodeError as err:
-        raise UsageError(f"config {path} is not UTF-8 text (byte {err.start})") from err
     except UsageError as err:  # a duplicate key
         raise UsageError(f"config {path}: {err}") from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"config {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from err
+    except yaml.reader.ReaderError as err:  # a control character: the reader marks no line, only a position
+        line = text.count("\n", 0, err.position) + 1
+        problem = f"{err.reason} (U+{err.character:04X})"
+        raise UsageError(f"config {path} is not valid YAML at line {line}: {problem}") from err
+    except yaml.MarkedYAMLError as err:  # the scanner's, parser's and constructor's errors, each with its mark
+        raise UsageError(f"config {path} is not valid YAML at line {err.problem_mark.line + 1}: {err.problem}") from err
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a mapping of option: value")
     return YamlValues(data, loader.texts)
@@ -71,6 +75,7 @@ class YamlValues(dict):
 
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_NOT_A_NAME = {list: "a list", dict: "a mapping", set: "a set"}  # YAML keys no option can have (`? !!set {a}`)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -97,8 +102,8 @@ class _StrictLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (list, dict)):
-                what = "a list" if isinstance(key, list) else "a mapping"
+            what = next((name for kind, name in _NOT_A_NAME.items() if isinstance(key, kind)), None)
+            if what:
                 raise UsageError(f"line {key_node.start_mark.line + 1}: a key must be an option name, not {what}")
             if key in seen:
                 raise UsageError(f"key '{key}' is given twice (line {key_node.start_mark.line + 1})")
