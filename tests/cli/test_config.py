@@ -147,6 +147,11 @@ def test_a_wrong_value_is_refused_naming_the_key_and_what_it_takes(tmp_path: Pat
         ("[lr]: 0.1\n", ": line 1: a key must be an option name, not a list"),
         ("{lr: 1}: 0.1\n", ": line 1: a key must be an option name, not a mapping"),
         ("lr: 0.1\n? !!set {a: null}\n: 1\n", ": line 2: a key must be an option name, not a set"),
+        ("epochs: 3\nlr: !!float fast\n", "is not valid YAML at line 2: 'fast' is not a valid !!float"),
+        ("epochs: !!int ''\n", "is not valid YAML at line 1: '' is not a valid !!int"),
+        ("mean: !!map [0.5]\n", "is not valid YAML at line 1: expected a mapping node, but found sequence"),
+        ("amp: !!bool maybe\n", "is not valid YAML at line 1: 'maybe' is not a valid !!bool"),
+        ("experiment: !!timestamp now\n", "is not valid YAML at line 1: 'now' is not a valid !!timestamp"),
     ],
 )
 def test_a_file_that_is_not_a_mapping_of_options_is_one_line(tmp_path: Path, text: str, error: str) -> None:
@@ -196,7 +201,7 @@ def test_keywords_are_checked_as_the_files_values_are() -> None:
 
 
 def test_the_config_option_is_not_a_key_nor_a_keyword(tmp_path: Path) -> None:
-    """A file naming another file, or a keyword naming one, would chain configs: refused, as timm's -c is."""
+    """A file or keyword naming another config file would look like a chain of files that nothing follows."""
     with pytest.raises(UsageError) as refused:
         yaml_defaults(_parser_with_config(), {"config": "other.yaml"}, "run.yaml")
     assert str(refused.value).startswith("config run.yaml: unknown key 'config'")

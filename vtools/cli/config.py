@@ -98,7 +98,19 @@ class _StrictLoader(yaml.SafeLoader):
         self._root = node
         return super().construct_document(node)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, LookupError, TypeError, AttributeError) as err:
+            # an explicit tag on text it does not fit (`!!float fast`, `!!int ''`, `!!bool maybe`): PyYAML's
+            # converters fail with plain Python errors, which get the node's line here
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            problem = f"{node.value!r} is not a valid !!{kind}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from err
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):  # `!!map [a]`: PyYAML's own refusal, with its line
+            return super().construct_mapping(node, deep=deep)
         seen: set[Any] = set()
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
