@@ -236,6 +236,21 @@ def broken_autoload_backend(root: Path) -> None:
     (dist_info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = fake_ascend_backend:autoload\n")
 
 
+@pytest.fixture(scope="session")
+def torch_npu_wheel() -> Path:
+    """The real torch_npu 2.14.0 wheel, unpacked, never installed (tests/npu_wheel.py): fetched once per machine
+    into a cache folder (the first test process to ask runs ``pip download`` for it; the others wait and read
+    it). Skipped only where the package registry cannot be reached, and never under CI, which must reach it."""
+    from tests import npu_wheel
+
+    try:
+        return npu_wheel.unpacked_wheel()
+    except npu_wheel.RegistryUnreachable as err:
+        if not os.environ.get("CI"):
+            pytest.skip("the real torch_npu wheel is not at hand: the package registry cannot be reached")
+        raise AssertionError(f"CI must reach the package registry for the torch_npu wheel: {err}") from err
+
+
 # ---------------------------------------------------------------- small real-format data and model folders
 
 SYNSETS = ["n01440764", "n01443537", "n01484850"]  # tench, goldfish, great white shark

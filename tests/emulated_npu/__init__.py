@@ -100,7 +100,7 @@ def install() -> None:
     _patch_tensor_printing()
     from . import fallbacks, faults  # Python kernels around the npu ones, only for the operators named
 
-    device.chip()  # a bad VTOOLS_EMU_NPU_CHIP fails here
+    device._chip()  # a bad VTOOLS_EMU_NPU_CHIP fails here
     fallbacks.install_from_env()
     faults.install_from_env()
     if not hasattr(torch.Tensor, BACKEND_NAME):

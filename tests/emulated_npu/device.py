@@ -25,6 +25,8 @@ get_device_name, ValueError for a device of another type.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +43,7 @@ DEVICE_NAME = "Emulated Ascend NPU (CPU memory)"
 CHIPS = {"910A": "Ascend910A", "910B": "Ascend910B1", **{f"910B{n}": f"Ascend910B{n}" for n in range(1, 5)}}
 
 
-def chip() -> str | None:
+def _chip() -> str | None:
     """VTOOLS_EMU_NPU_CHIP (910A, 910B or 910B1-910B4), None when unset; anything else raises ValueError."""
     value = os.environ.get("VTOOLS_EMU_NPU_CHIP", "").strip()
     if value and value not in CHIPS:
@@ -57,11 +59,31 @@ def _index(device: _DeviceLike = None) -> int:
         device = torch.device(device)
     if isinstance(device, torch.device):
         if device.type != "npu":
-            raise ValueError(f"Expected an npu device, but got: {device}")
+            raise ValueError(f"Expected a npu device, but got: {device}{_pta_error(_INVALID_VALUE)}")
         return _C.current_device() if device.index is None else device.index
     if isinstance(device, int) and not isinstance(device, bool):
         return device
-    raise ValueError(f"Expected an npu device or index, but got: {device!r}")
+    raise ValueError(f"Expected a npu device or index, but got: {device!r}{_pta_error(_INVALID_VALUE)}")
+
+
+# torch_npu's error codes (torch_npu/utils/_error_code.py): (number, words)
+_INVALID_VALUE = (3, "invalid value")
+
+
+def _pta_error(code: tuple[int, str]) -> str:
+    """What torch_npu's ``pta_error`` appends to its messages: a second line with the time, process, device,
+    rank and the error's code (none with TORCH_NPU_COMPACT_ERROR_OUTPUT=1 or in an interactive session)."""
+    if int(os.environ.get("TORCH_NPU_COMPACT_ERROR_OUTPUT", "0")) or hasattr(sys, "ps1"):
+        return ""
+    stamp = time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime())
+    try:
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+    except Exception:  # torch_npu's own fallback: no process group
+        rank = -1
+    device = _C.current_device()
+    return f"\n[ERROR] {stamp} (PID:{os.getpid()}, Device:{device}, RankID:{rank}) ERR00{code[0]:03d} PTA {code[1]}"
 
 
 # --- availability and device selection --------------------------------------
@@ -90,11 +112,11 @@ class device:
     non-npu device leaves the current device alone.
     """
 
-    def __init__(self, idx: _DeviceLike):
-        if isinstance(idx, (str, torch.device)) and torch.device(idx).type != "npu":
+    def __init__(self, device: _DeviceLike):
+        if isinstance(device, (str, torch.device)) and torch.device(device).type != "npu":
             self.idx = -1
         else:
-            self.idx = _index(idx)
+            self.idx = _index(device)
         self.prev_idx = -1
 
     def __enter__(self) -> None:
@@ -127,35 +149,37 @@ def _is_in_bad_fork() -> bool:
 # --- capabilities ------------------------------------------------------------
 
 
-def is_bf16_supported() -> bool:
-    """False with VTOOLS_EMU_NPU_NO_BF16=1 or VTOOLS_EMU_NPU_CHIP=910A (an Ascend 910A), else True (910B)."""
-    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and chip() != "910A"
+def is_bf16_supported(including_emulation: bool = False) -> bool:
+    """False with VTOOLS_EMU_NPU_NO_BF16=1 or VTOOLS_EMU_NPU_CHIP=910A (an Ascend 910A), else True (910B).
+    ``including_emulation`` is torch_npu's parameter, which it ignores too."""
+    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and _chip() != "910A"
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    """Consulted by torch.autocast("npu", dtype=...)."""
+    """Consulted by torch.autocast("npu", dtype=...); torch_npu's list (torch_npu/npu/autocast_utils.py)."""
     if is_bf16_supported():
-        return [torch.float16, torch.bfloat16]
-    return [torch.float16]
+        return [torch.float16, torch.bfloat16, torch.float32]
+    return [torch.float16, torch.float32]
 
 
 @dataclass(frozen=True)
-class NpuDeviceProperties:
+class _NpuDeviceProperties:
     name: str
     total_memory: int
     index: int
     type: str = "npu"
 
 
-def get_device_properties(device: _DeviceLike = None) -> NpuDeviceProperties:
-    index = _index(device)
-    assert 0 <= index < _C.device_count(), "Invalid device id"
-    name = CHIPS[chip()] if chip() else DEVICE_NAME
-    return NpuDeviceProperties(name=name, total_memory=_C.total_memory(), index=index)
+def get_device_properties(device_name: _DeviceLike = None) -> _NpuDeviceProperties:
+    index = _index(device_name)
+    if not 0 <= index < _C.device_count():
+        raise AssertionError("Invalid device id" + _pta_error(_INVALID_VALUE))  # torch_npu's words
+    name = CHIPS[_chip()] if _chip() else DEVICE_NAME
+    return _NpuDeviceProperties(name=name, total_memory=_C.total_memory(), index=index)
 
 
-def get_device_name(device: _DeviceLike = None) -> str:
-    return get_device_properties(device).name
+def get_device_name(device_name: _DeviceLike = None) -> str:
+    return get_device_properties(device_name).name
 
 
 # --- memory --------------------------------------------------------------------
@@ -286,7 +310,7 @@ class stream:
 _compile_mode = {"jit_compile": True}
 
 
-def set_compile_mode(jit_compile: bool = True) -> None:
+def set_compile_mode(jit_compile: bool = False) -> None:
     _compile_mode["jit_compile"] = bool(jit_compile)
 
 

@@ -1,23 +1,37 @@
-"""Operators the emulated npu runs "through a host fallback", announced as torch_npu announces them.
+"""Operators the emulated npu runs "through a host fallback", announced in torch_npu's own words.
 
 On a real Ascend host an operator with no NPU kernel goes to torch_npu's boxed
 ``npu_cpu_fallback``, which runs it on CPU copies and, the first time it sees
-that operator in the process, prints (torch_npu, torch_npu/csrc/aten/common/
-FallbackKernel / its ``has_op_name_warned`` set; quoted in Ascend's FAQ
-"Unsupported Operators Called")::
+that operator in the process, prints::
 
     [W compiler_depend.ts:51] Warning: CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not
     currently supported on the NPU backend and will fall back to run on the CPU. This may have
     performance implications. (function npu_cpu_fallback)
 
-(one line). It goes through ``TORCH_NPU_WARN``, i.e. ``c10::WarningHandler``'s
+(one line). Some of its kernels run on the host themselves and have sentences
+of their own (unquoted, some naming several overloads, one for arguments the
+device kernel does not take). Every sentence here is one of torch_npu 2.14.0's,
+word for word: tests/runtime/test_device_kinds_wheel.py finds each in the strings
+of the real wheel's libtorch_npu.so, and fails if the wheel has a form this
+module lacks. They go through ``TORCH_NPU_WARN``, i.e. ``c10::WarningHandler``'s
 base ``process``: straight to the process's stderr, file descriptor 2, NOT
-through Python's ``warnings`` module. The emulator does the same: the
-announcement is written with ``os.write(2, ...)``, once per operator and
-process (``VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE=always``: at every call, the way a
-backend that announces every call would).
+through Python's ``warnings`` module. The emulator does the same: each sentence
+is written with ``os.write(2, ...)`` once per process
+(``VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE=always``: at every call, the way a backend
+that announces every call would).
 
-Every operator of the emulator already runs on CPU copies; what a listed
+Which operators announce:
+  * always, as on torch_npu 2.14.0: those of :data:`KERNEL_WORDS` (unfold's and
+    logit's backward among them, reached by models that use ``Tensor.unfold``,
+    such as timm's HaloNets), and ``aten::_masked_softmax`` called with
+    arguments its NPU kernel does not take (:data:`MASKED_SOFTMAX_CONDITIONS`);
+  * those listed in ``VTOOLS_EMU_NPU_FALLBACK_OPS``: as if the NPU had no kernel
+    for them, with the kernel's own words where torch_npu has some for a CANN
+    that lacks it (:data:`OLD_CANN_WORDS`), else the boxed fallback's.
+The one form it cannot show is the sparse reductions' (:data:`SPARSE_WORDS`):
+the emulator has no sparse tensors.
+
+Every operator of the emulator already runs on CPU copies; what an announcing
 operator gets is the announcement (and, through :mod:`.faults`, optionally a
 numeric error). The wrapper is a Python kernel registered with ``torch.library``
 for the PrivateUse1 dispatch key that calls the kernel it replaces
@@ -46,22 +60,79 @@ ANNOUNCE_MODES = ("once", "always")
 # (vtools/observe/fallback.py) skip this module's frames, as pytest does.
 __tracebackhide__ = True
 
+# --- torch_npu 2.14.0's sentences (libtorch_npu.so), word for word -------------------------------------
+
+BOXED = (
+    "CAUTION: The operator '{op}' is not currently supported on the NPU backend and will fall back to run on the "
+    "CPU. This may have performance implications."
+)
+_NOW = "Now this operator will fallback to run on the CPU and may have performance implications."
+_UPDATE_CANN = " Please try to update your CANN version."
+
+
+def _unsupported(ops: str) -> str:
+    return f"CAUTION: The operator {ops} is currently not supported on the NPU backend. {_NOW}"
+
+
+_LOGIT = _unsupported("aten::logit, aten::logit_ and aten::logit.out")
+_LOGIT_BACKWARD = _unsupported("aten::logit_backward and aten::logit_backward.out")
+# kernels that always run on the host; logit_backward's out= overload is torch's "grad_input"
+KERNEL_WORDS: dict[str, str] = {
+    "aten::unfold_backward": _unsupported("aten::unfold_backward"),
+    "aten::logit": _LOGIT,
+    "aten::logit_": _LOGIT,
+    "aten::logit.out": _LOGIT,
+    "aten::logit_backward": _LOGIT_BACKWARD,
+    "aten::logit_backward.grad_input": _LOGIT_BACKWARD,
+    "aten::_fused_adam_": BOXED.format(op="aten::_fused_adam_"),
+}
+# kernels that run on the host where CANN lacks them (here: when listed in VTOOLS_EMU_NPU_FALLBACK_OPS)
+OLD_CANN_WORDS: dict[str, str] = {
+    "aten::_transform_bias_rescale_qkv": _unsupported("aten::_transform_bias_rescale_qkv") + _UPDATE_CANN,
+    "aten::_masked_softmax": "CAUTION: The operator aten::_masked_softmax is currently not supported on the NPU "
+    f"backend.{_NOW}{_UPDATE_CANN}",  # no space after "backend.": torch_npu's own
+}
+MASKED_SOFTMAX_CONDITIONS = (
+    "CAUTION: The operator aten::_masked_softmax need to be met the following conditions to run on the NPU backend: "
+    "1. dim = None/dim = -1/dim = input.dim()-1; 2. mask_type = 2; 3. input.dim() = 4. " + _NOW + " Please check "
+    "your params."
+)
+_SPARSE = (
+    "CPU fallback is allowed because TORCH_NPU_FALLBACK_CPU_DISABLE=0. Since the NPU interface does not support "
+    "operator '{op}', the operator will fall back to CPU."
+)
+# the sparse CSR reductions (not reachable here: the emulator has no sparse tensors)
+SPARSE_WORDS: dict[str, str] = {
+    op: _SPARSE.format(op=op) for op in ("aten::_sparse_csr_sum.dim_dtype", "aten::_sparse_csr_prod.dim_dtype")
+}
+
 
 def announcement(op: str) -> str:
-    """torch_npu's words for ``op`` (without the logger's prefix)."""
-    return (
-        f"CAUTION: The operator '{op}' is not currently supported on the NPU backend and will fall back to "
-        "run on the CPU. This may have performance implications."
-    )
+    """torch_npu's words for ``op`` run on the host (without the logger's prefix)."""
+    return KERNEL_WORDS.get(op) or OLD_CANN_WORDS.get(op) or BOXED.format(op=op)
 
 
-def _log_line(op: str) -> bytes:
+def every_sentence() -> list[str]:
+    """Every sentence this module can print, its templates with ``{op}`` left in."""
+    tables = (KERNEL_WORDS, OLD_CANN_WORDS, SPARSE_WORDS)
+    return sorted({BOXED, MASKED_SOFTMAX_CONDITIONS, *(words for table in tables for words in table.values())})
+
+
+def masked_softmax_unmet(
+    inputs: torch.Tensor, mask: Any = None, dim: int | None = None, mask_type: int | None = None
+) -> bool:
+    """Whether torch_npu's _masked_softmax kernel refuses these arguments (then it runs on the host)."""
+    last = dim is None or dim in (-1, inputs.dim() - 1)
+    return not (last and mask_type == 2 and inputs.dim() == 4)
+
+
+def _log_line(text: str, function: str) -> bytes:
     """The line c10's logger prints for TORCH_NPU_WARN: ``[W<MMDD> <time> <file>:<line>] Warning: ...``."""
     now = time.time()
     stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now))
     nanos = int((now % 1) * 1e9)
     prefix = f"[W{stamp}.{nanos:09d} compiler_depend.ts:51]"
-    return f"{prefix} Warning: {announcement(op)} (function npu_cpu_fallback)\n".encode()
+    return f"{prefix} Warning: {text} (function {function})\n".encode()
 
 
 @dataclass
@@ -72,6 +143,8 @@ class _Hooks:
     original: Any
     library: Any
     fallback: bool = False
+    # the device kernel's own refusal of some arguments: a predicate over the call's, then it runs on the host
+    refuses: Callable[..., bool] | None = None
     fault_scale: float | None = None
     calls: int = 0
 
@@ -79,7 +152,7 @@ class _Hooks:
 @dataclass
 class _State:
     hooks: dict[str, _Hooks] = field(default_factory=dict)
-    announced: set[str] = field(default_factory=set)  # torch_npu's has_op_name_warned
+    announced: set[str] = field(default_factory=set)  # the sentences printed (torch_npu warns once each)
     announce: str = "once"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -123,13 +196,13 @@ def _schema_name(overload: torch._ops.OpOverload) -> str:
     return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
 
 
-def _announce(op: str) -> None:
+def _announce(text: str, function: str) -> None:
     with _STATE.lock:
         if _STATE.announce == "once":
-            if op in _STATE.announced:
+            if text in _STATE.announced:
                 return
-            _STATE.announced.add(op)
-    os.write(2, _log_line(op))
+            _STATE.announced.add(text)
+    os.write(2, _log_line(text, function))
 
 
 def _perturb(result: Any, scale: float) -> None:
@@ -146,7 +219,10 @@ def _make_kernel(hooks: _Hooks) -> Callable[..., Any]:
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.calls += 1
         if hooks.fallback:
-            _announce(hooks.op)
+            boxed = hooks.op not in KERNEL_WORDS and hooks.op not in OLD_CANN_WORDS
+            _announce(announcement(hooks.op), "npu_cpu_fallback" if boxed else hooks.op.split("::")[1])
+        elif hooks.refuses is not None and hooks.refuses(*args, **kwargs):
+            _announce(MASKED_SOFTMAX_CONDITIONS, hooks.op.split("::")[1])
         result = hooks.original.call_boxed(keyset, *args, **kwargs)
         if hooks.fault_scale is not None:
             _perturb(result, hooks.fault_scale)
@@ -155,9 +231,15 @@ def _make_kernel(hooks: _Hooks) -> Callable[..., Any]:
     return kernel
 
 
-def hook(op: str, *, fallback: bool | None = None, fault_scale: float | None = None) -> None:
-    """Wrap ``op``'s npu kernel (once) and set what the wrapper does: announce a host fallback, and/or
-    scale floating-point results by ``1 + fault_scale``."""
+def hook(
+    op: str,
+    *,
+    fallback: bool | None = None,
+    fault_scale: float | None = None,
+    refuses: Callable[..., bool] | None = None,
+) -> None:
+    """Wrap ``op``'s npu kernel (once) and set what the wrapper does: announce a host fallback (at every call,
+    or for the calls ``refuses`` picks), and/or scale floating-point results by ``1 + fault_scale``."""
     overload = resolve(op)
     op = _schema_name(overload)
     hooks = _STATE.hooks.get(op)
@@ -171,6 +253,8 @@ def hook(op: str, *, fallback: bool | None = None, fault_scale: float | None = N
         hooks.fallback = fallback
     if fault_scale is not None:
         hooks.fault_scale = fault_scale
+    if refuses is not None:
+        hooks.refuses = refuses
 
 
 def unhook(op: str) -> None:
@@ -185,7 +269,7 @@ def drop_fault(op: str) -> None:
     hooks = _STATE.hooks.get(_schema_name(resolve(op)))
     if hooks is not None:
         hooks.fault_scale = None
-        if not hooks.fallback:
+        if not hooks.fallback and hooks.refuses is None:
             unhook(op)
 
 
@@ -213,29 +297,38 @@ def falling_back(ops: Sequence[str], announce: str = "once") -> Iterator[None]:
     previous_mode, previous_announced = _STATE.announce, set(_STATE.announced)
     set_announce(announce)
     _STATE.announced.clear()
-    added = []
+    names = [_schema_name(resolve(op)) for op in ops]
+    before = {name: _STATE.hooks[name].fallback for name in names if name in _STATE.hooks}
     try:
-        for op in ops:
-            name = _schema_name(resolve(op))
-            if name not in _STATE.hooks:
-                added.append(name)
+        for name in names:
             hook(name, fallback=True)
         yield
     finally:
-        for name in list(ops):
-            hooks = _STATE.hooks.get(_schema_name(resolve(name)))
-            if hooks is not None:
-                hooks.fallback = False
-        for name in added:
+        for name in names:
             hooks = _STATE.hooks.get(name)
-            if hooks is not None and hooks.fault_scale is None:
+            if hooks is None:
+                continue
+            if name in before:
+                hooks.fallback = before[name]
+            elif hooks.fault_scale is None and hooks.refuses is None:
                 unhook(name)
+            else:
+                hooks.fallback = False
         _STATE.announce, _STATE.announced = previous_mode, previous_announced
+
+
+def install_real_fallbacks() -> None:
+    """The operators torch_npu 2.14.0 itself runs on the host: :data:`KERNEL_WORDS` always, _masked_softmax
+    for arguments its kernel refuses."""
+    for op in KERNEL_WORDS:
+        hook(op, fallback=True)
+    hook("aten::_masked_softmax", refuses=masked_softmax_unmet)
 
 
 def install_from_env() -> None:
     """Apply VTOOLS_EMU_NPU_FALLBACK_OPS / VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE (a bad value raises ValueError)."""
     set_announce(os.environ.get(ANNOUNCE_ENV, "once").strip() or "once")
+    install_real_fallbacks()
     for op in parse_op_list(os.environ.get(FALLBACK_ENV)):
         try:
             hook(op, fallback=True)

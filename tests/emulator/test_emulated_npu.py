@@ -314,9 +314,9 @@ def test_no_bf16_env_like_910a():
         """,
         VTOOLS_EMU_NPU_NO_BF16="1",
     )
-    assert out == "False [torch.float16] torch.float32 torch.float16"
+    assert out == "False [torch.float16, torch.float32] torch.float32 torch.float16"
     assert torch.npu.is_bf16_supported()
-    assert torch.npu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    assert torch.npu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16, torch.float32]
 
 
 def _small_timm_model():

@@ -23,7 +23,6 @@ TESTED_ELSEWHERE = {
     "vtools/optional.py": "two lines of import guarding; every optional-extra test goes through it",
     "vtools/progress.py": "tqdm settings; the scripts' progress lines are checked in tests/scripts/",
     "vtools/results.py": "result tables: tests/scripts/test_validate.py and test_inference.py read them with pandas",
-    "vtools/runtime/device_kinds.py": "the table itself: tests/runtime/test_device.py reads every row",
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
     "vtools/cli/flag_values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",

@@ -7,12 +7,15 @@ inputs and says so. Ascend's backend prints, once per operator and process::
     currently supported on the NPU backend and will fall back to run on the CPU. This may have
     performance implications. (function npu_cpu_fallback)
 
-through its own ``c10::WarningHandler`` (its warn macro), i.e. straight to file descriptor 2:
+and its kernels have sentences of their own (unquoted, some naming several overloads at once, some
+for arguments the device kernel does not take); the device row's ``host_fallback`` patterns hold every
+form Ascend's real wheel has (tests/runtime/test_device_kinds_wheel.py reads them from its library).
+It prints them through its own ``c10::WarningHandler`` (its warn macro), i.e. straight to file descriptor 2:
 it never reaches Python's ``warnings`` module. MPS and XPU warn through ``warnings`` (once per
 process), which Python also prints on file descriptor 2. So :class:`FallbackWatch` tees that
 descriptor (vtools/observe/stderr_tee.py): everything written there still reaches the terminal or log
-as it came, and each line that matches the device table's ``host_fallback`` pattern
-(vtools/runtime/device_kinds.py) is counted.
+as it came, and each line that matches one of the device table's ``host_fallback`` patterns
+(vtools/runtime/device_kinds.py) is counted, once for each operator it names.
 
 A count is a number of announcements, not of calls: Ascend's backend announces an operator once
 per process, so there each operator counts 1 per process; what matters is which operators, and
@@ -49,6 +52,7 @@ from vtools.atomic import atomic_write_text
 from vtools.errors import RunFailed
 from vtools.observe import stderr_tee
 from vtools.runtime import device as dev
+from vtools.runtime.device_kinds import fallback_operators
 
 CSV_NAME = "cpu_fallbacks.csv"
 CSV_COLUMNS = ("op", "count", "first_seen_at")
@@ -70,45 +74,48 @@ class Fallback:
 class FallbackWatch:
     """Count the host fallbacks a backend announces while the ``with`` block runs (see the module)."""
 
-    def __init__(self, device_type: str, fatal: bool = False, pattern: str | None = None) -> None:
+    def __init__(self, device_type: str, fatal: bool = False, patterns: tuple[str, ...] | None = None) -> None:
         self.device_type = device_type
-        self.pattern = pattern if pattern is not None else dev.kind_of(device_type).host_fallback
+        self.patterns = patterns if patterns is not None else dev.kind_of(device_type).host_fallback
         self.fatal = fatal
-        self._regex = re.compile(self.pattern) if self.pattern else None
+        self._regexes = [re.compile(pattern) for pattern in self.patterns]
         self._counts: dict[str, Fallback] = {}
         self._lock = threading.Lock()
         self._main = threading.main_thread().ident
-        self._first_fatal: Fallback | None = None
+        self._first_fatal: list[Fallback] = []  # the operators of the line a fatal watch stopped at
         self._closed = False
         # under ``fatal`` a line is held until complete, so that the announcement the run stops for is not
         # printed as well as the run's one-line error
-        self._tee = stderr_tee.StderrTee(self._on_line, whole_lines=fatal) if self._regex is not None else None
+        self._tee = stderr_tee.StderrTee(self._on_line, whole_lines=fatal) if self._regexes else None
 
     @property
     def watching(self) -> bool:
-        return self._regex is not None
+        return bool(self._regexes)
 
     # --- counting -----------------------------------------------------------------------------
 
-    def feed(self, line: str) -> Fallback | None:
-        """Count ``line`` if it announces a host fallback; returns that operator's entry."""
-        match = self._regex.search(line) if self._regex is not None else None
-        if match is None:
-            return None
-        op = match.group("op")
+    def feed(self, line: str) -> list[Fallback]:
+        """Count ``line`` if it announces a host fallback: one entry per operator it names (a backend may name
+        several overloads in one line); returns those entries, empty for any other line."""
+        ops = announced_operators(line, self._regexes)
+        if not ops:
+            return []
         with self._lock:
-            entry = self._counts.get(op)
-            if entry is None:
-                entry = self._counts[op] = Fallback(op, 0, main_thread_location(self._main))
-            entry.count += 1
-            if self.fatal and self._first_fatal is None and not self._closed:
-                self._first_fatal = entry
+            entries = []
+            for op in ops:
+                entry = self._counts.get(op)
+                if entry is None:
+                    entry = self._counts[op] = Fallback(op, 0, main_thread_location(self._main))
+                entry.count += 1
+                entries.append(entry)
+            if self.fatal and not self._first_fatal and not self._closed:
+                self._first_fatal = entries
                 _raise_in_thread(self._main, HostFallbackStop)
-        return entry
+        return entries
 
     def _on_line(self, line: str) -> bool:
         """The tee's callback: count the line; True keeps the announcement a fatal run stops for off stderr."""
-        return self.feed(line) is not None and self.fatal
+        return bool(self.feed(line)) and self.fatal
 
     def fallbacks(self) -> list[Fallback]:
         """Every operator seen, most announcements first."""
@@ -153,11 +160,12 @@ class FallbackWatch:
         return atomic_write_text(path, self.csv_text())
 
     def fatal_message(self) -> str:
-        entry = self._first_fatal
-        assert entry is not None
+        entries = self._first_fatal
+        assert entries
+        ops = ", ".join(entry.op for entry in entries)
         return (
-            f"--no-cpu-fallback: the {self.device_type} backend ran {entry.op} on the host CPU (announced while "
-            f"the run was at {entry.first_seen_at}); the run stops at the first host fallback: give the model "
+            f"--no-cpu-fallback: the {self.device_type} backend ran {ops} on the host CPU (announced while "
+            f"the run was at {entries[0].first_seen_at}); the run stops at the first host fallback: give the model "
             "operators the device supports, or run without --no-cpu-fallback to count them all"
         )
 
@@ -177,7 +185,7 @@ class FallbackWatch:
                 break
             except HostFallbackStop:
                 continue
-        if self._first_fatal is not None:
+        if self._first_fatal:
             raise RunFailed(self.fatal_message()) from None
         return False
 
@@ -191,6 +199,16 @@ class FallbackWatch:
             _raise_in_thread(self._main, None)  # cancel a HostFallbackStop not delivered yet
         if self._tee is not None:
             self._tee.close()
+
+
+def announced_operators(line: str, regexes: list[re.Pattern[str]]) -> list[str]:
+    """The operators ``line`` announces as run on the host, by the first of ``regexes`` (the device row's
+    ``host_fallback``) that matches it; empty for any other line."""
+    for regex in regexes:
+        match = regex.search(line)
+        if match is not None:
+            return fallback_operators(match.group("ops"))
+    return []
 
 
 def _raise_in_thread(thread_id: int | None, exc_type: type[BaseException] | None) -> None:

@@ -9,6 +9,7 @@ Like device.py, this module may name ``torch_npu`` (tests/rules/test_source_tree
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,9 +51,10 @@ class DeviceKind:
     # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
     # under torch.<type>
     runtime_settings: tuple[tuple[str, str, Any], ...] = ()
-    # regular expression for the line the backend prints when it runs an operator on the host instead
-    # (group "op" names it); None: the backend has no such fallback (vtools/observe/fallback.py)
-    host_fallback: str | None = None
+    # regular expressions for the lines the backend prints when it runs an operator on the host instead
+    # (group "ops" names it, or several overloads at once); empty: the backend has no such fallback
+    # (vtools/observe/fallback.py)
+    host_fallback: tuple[str, ...] = ()
     # the type is the host itself (cpu): nothing to load, one device without an index, no torch.<type> module
     host: bool = False
     # bfloat16 autocast runs natively on every device of this type, without asking the backend
@@ -81,11 +83,38 @@ class DeviceKind:
         return tuple(dict.fromkeys(name for name in names if name))
 
 
-def _fallback_words(backend: str) -> str:
-    """The words of PyTorch's boxed CPU fallbacks: torch_npu's npu_cpu_fallback ("CAUTION: The operator
-    'aten::x' is not currently supported on the NPU backend and will fall back to run on the CPU. ..."),
-    MPS's and XPU's (the same sentence without "CAUTION: ")."""
-    return rf"The operator '(?P<op>[^']+)' is not currently supported on the {backend} backend and will fall back"
+# an operator as backends name it: ``aten::relu_``, ``aten::add.Tensor``, ``aten::logit.out``
+OPERATOR = r"[A-Za-z_]\w*::[\w.]+"
+
+
+def _boxed_fallback_words(backend: str) -> str:
+    """The sentence of PyTorch's boxed CPU fallbacks: MPS's and XPU's ("The operator 'aten::x' is not currently
+    supported on the MPS backend and will fall back to run on the CPU. ..."), torch_npu's npu_cpu_fallback
+    (the same after "CAUTION: ")."""
+    return rf"The operator '(?P<ops>[^']+)' is not currently supported on the {backend} backend and will fall back"
+
+
+# torch_npu's own announcements, read from the strings of torch_npu 2.14.0's libtorch_npu.so (the real wheel is
+# checked in tests/runtime/test_device_kinds_wheel.py): besides the boxed fallback's sentence, kernels that have no
+# NPU implementation, or none for the arguments given, say "CAUTION: The operator aten::x [, aten::y and
+# aten::z] is currently not supported on the NPU backend[.| ]Now this operator will fallback to run on the CPU
+# ..." or "... need to be met the following conditions to run on the NPU backend: ... Now this operator will
+# fallback to run on the CPU ...", unquoted and naming one or several overloads; the sparse reductions say "CPU
+# fallback is allowed because TORCH_NPU_FALLBACK_CPU_DISABLE=0. Since the NPU interface does not support
+# operator 'aten::x', the operator will fall back to CPU."
+_NPU_FALLBACK = (
+    _boxed_fallback_words("NPU"),
+    rf"CAUTION: The operator (?P<ops>{OPERATOR}(?:(?:, | and ){OPERATOR})*) "
+    r"(?:is currently not supported|need to be met the following conditions to run) on the NPU backend\b.*? "
+    r"will fallback to run on the CPU",
+    r"the NPU interface does not support operator '(?P<ops>[^']+)', the operator will fall back to CPU",
+)
+
+
+def fallback_operators(named: str) -> list[str]:
+    """The operators a fallback line's ``ops`` group names: ``aten::logit, aten::logit_ and aten::logit.out``
+    is three; a quoted name is taken whole."""
+    return re.findall(OPERATOR, named) or [named]
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
@@ -124,7 +153,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             profiler_module="torch_npu.profiler",
             # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
             affinity_env="CPU_AFFINITY_CONF",
-            host_fallback=_fallback_words("NPU"),
+            host_fallback=_NPU_FALLBACK,
             install_hint="install Ascend CANN and the torch_npu release built for this torch "
             "(torch_npu X.Y.Z requires torch X.Y.Z)",
             emulator="tests.emulated_npu",
@@ -156,7 +185,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             channels_last=True,
             install_hint="install an XPU build of torch",
             profiler_activity="XPU",
-            host_fallback=_fallback_words("XPU"),
+            host_fallback=(_boxed_fallback_words("XPU"),),
         ),
         DeviceKind(
             "mps",
@@ -164,7 +193,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             dist_backend="gloo",
             install_hint="use a macOS arm64 build of torch",
             profiler_activity=None,
-            host_fallback=_fallback_words("MPS"),
+            host_fallback=(_boxed_fallback_words("MPS"),),
         ),
         DeviceKind(
             "mlu",

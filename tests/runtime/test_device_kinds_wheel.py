@@ -1,0 +1,260 @@
+"""The npu row, the host-fallback audit and the emulator, checked against the real torch_npu 2.14.0 wheel.
+
+Everything vtools says about Ascend was first written from documentation, and the emulator from the same
+pages; a rename or a new message upstream would pass every emulated test. Here the real wheel is the reference
+(tests/npu_wheel.py: downloaded once, checked against its sha256, read and never imported): the sentences its
+library prints when an operator runs on the host, the names and signatures of its ``torch.npu`` functions, the
+environment variables it reads. Each check fails on one misspelled name or one narrowed pattern.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests import npu_wheel
+from tests.conftest import REPO, load_emulated_npu
+from vtools.cli.train_flags import build_parser
+from vtools.cli.typed import typed_options
+from vtools.errors import RunFailed
+from vtools.observe import env_report
+from vtools.observe.fallback import FallbackWatch
+from vtools.runtime import device as dev
+from vtools.runtime import preflight
+from vtools.train.job import TrainJob
+from vtools.train.recipe import build_optimizer
+
+SAMPLE_OP = "aten::isin.Tensor_Tensor_out"  # where the boxed fallback's sentence names its operator
+
+
+def printed(sentence: str) -> str:
+    """A sentence of the library as the backend prints it: c10's warning line around it."""
+    text = sentence.format(op=SAMPLE_OP) if "{op}" in sentence else sentence
+    return f"[W1206 04:28:00.000000000 compiler_depend.ts:51] Warning: {text} (function npu_cpu_fallback)"
+
+
+def watched(lines: list[str], fatal: bool = False) -> FallbackWatch:
+    """The audit of a run on npu while the backend wrote ``lines`` to file descriptor 2."""
+    with FallbackWatch("npu", fatal=fatal) as watch:
+        for line in lines:
+            os.write(2, (line + "\n").encode())
+        for _ in range(500 if fatal else 0):  # a fatal watch stops the block at the line; bounded, not timed
+            time.sleep(0.01)
+    return watch
+
+
+# ---------------------------------------------------------------- what the backend says when it falls back
+
+
+def test_the_library_has_every_fallback_form_vtools_knows(torch_npu_wheel: Path) -> None:
+    """The sentences the audit and the emulator are written from are all in the wheel's library, and the
+    library has no other: a new form upstream fails here until both learn it."""
+    load_emulated_npu()
+    from tests.emulated_npu import fallbacks
+
+    sentences = npu_wheel.fallback_sentences(torch_npu_wheel)
+    assert set(sentences) == set(fallbacks.every_sentence())
+    assert len({re.sub(r"aten::\w+(?:\.\w+)?", "OP", s) for s in sentences}) >= 7  # the issue counted seven forms
+
+
+def test_the_audit_counts_every_fallback_the_library_announces(torch_npu_wheel: Path) -> None:
+    """Each sentence, printed as the backend prints it, is counted once for each operator it names (the
+    logit line is three), read from the sentence itself, not from vtools' pattern."""
+    sentences = npu_wheel.fallback_sentences(torch_npu_wheel)
+    watch = watched([printed(sentence) for sentence in sentences])
+    expected: dict[str, int] = {}
+    for sentence in sentences:
+        for op in npu_wheel.named_operators(printed(sentence)):
+            expected[op] = expected.get(op, 0) + 1
+    assert {entry.op: entry.count for entry in watch.fallbacks()} == expected
+    assert {"aten::logit", "aten::logit_", "aten::logit.out", "aten::unfold_backward", SAMPLE_OP} <= set(expected)
+
+
+def test_the_librarys_other_fallback_words_are_not_counted(torch_npu_wheel: Path) -> None:
+    """Lines that mention a fallback without running an operator on the host (an error when CPU fallback is
+    disabled, a memory query that falls back to another call, an HCCL retry) are not announcements."""
+    sentences = set(npu_wheel.fallback_sentences(torch_npu_wheel))
+    others = [
+        text
+        for text in npu_wheel.library_strings(torch_npu_wheel)
+        if re.search(r"(?i)fall ?back", text) and text not in sentences and text not in npu_wheel.BOXED_PIECES
+    ]
+    assert any("CPU fallback is disabled" in text for text in others)  # the error form is among them
+    watch = watched(others)
+    assert watch.fallbacks() == []
+
+
+@pytest.mark.parametrize("form", range(10))
+def test_no_cpu_fallback_stops_at_each_form(form: int, torch_npu_wheel: Path) -> None:
+    sentences = npu_wheel.fallback_sentences(torch_npu_wheel)
+    assert len(sentences) == 10, "the library's sentences changed: update this test's range"
+    line = printed(sentences[form])
+    ops = npu_wheel.named_operators(line)
+    with pytest.raises(RunFailed, match=re.escape(ops[0])) as stopped:
+        watched([line], fatal=True)
+    assert all(op in str(stopped.value) for op in ops)
+
+
+# ---------------------------------------------------------------- the names vtools reaches, and how it calls them
+
+
+class CallRecorder(types.ModuleType):
+    """The emulated ``torch.npu``, noting every public name asked of it and every call made through it."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        super().__init__(module.__name__)
+        self._module = module
+        self.asked: set[str] = set()
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            self.asked.add(name)
+        value = getattr(self._module, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            return value(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def recorded_npu(monkeypatch: pytest.MonkeyPatch) -> CallRecorder:
+    """vtools' device layer run on the emulated npu through a recorder: what it asks of ``torch.npu``."""
+    load_emulated_npu()
+    recorder = CallRecorder(torch.npu)
+    monkeypatch.setattr(torch, "npu", recorder)
+    torch.get_device_module.cache_clear()  # it caches the module per type
+    try:
+        device = dev.resolve_device("npu")
+        dev.synchronize(device)
+        dev.reset_peak_memory(device)
+        dev.peak_memory_bytes(device)
+        dev.is_bf16_supported(device)
+        dev.device_name(device)
+        dev.set_rng_state(device, dev.rng_state(device))
+        stream = dev.new_stream(device)
+        with dev.on_stream(device, stream):
+            made = torch.ones(4, device=device)
+        dev.wait_stream(device, stream, [made])
+        env_report.collect("npu")
+        preflight.apply_settings(device)
+    finally:
+        torch.get_device_module.cache_clear()
+    return recorder
+
+
+@pytest.mark.npu_only(reason="what vtools asks of torch.npu, compared with the real torch_npu")
+def test_every_torch_npu_name_vtools_reaches_is_in_the_wheel(recorded_npu: CallRecorder, torch_npu_wheel: Path) -> None:
+    real = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu")
+    assert recorded_npu.calls, "nothing was called through torch.npu"
+    assert sorted(recorded_npu.asked - set(real)) == []
+    for name, args, kwargs in recorded_npu.calls:
+        signature = npu_wheel.signature(real[name])
+        assert signature is not None, f"torch_npu.npu.{name}: its signature cannot be read"
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise AssertionError(f"torch_npu.npu.{name}{signature} does not take vtools' call: {err}") from None
+    called = {name for name, _, _ in recorded_npu.calls}
+    assert {"set_device", "synchronize", "max_memory_allocated", "get_rng_state_all", "Stream"} <= called
+
+
+def test_the_npu_rows_dotted_names_are_in_the_wheel(torch_npu_wheel: Path) -> None:
+    """The toolkit-version function, the profiler module and the runtime settings the row names."""
+    kind = dev.kind_of("npu")
+    module, _, function = kind.toolkit_version.rpartition(".")
+    assert function in npu_wheel.namespace(torch_npu_wheel, module), kind.toolkit_version
+    assert npu_wheel.module_file(torch_npu_wheel, kind.profiler_module).is_file(), kind.profiler_module
+    real = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu")
+    for function, keyword, value in kind.runtime_settings:
+        signature = npu_wheel.signature(real[function])
+        signature.bind(**{keyword: value})
+
+
+def emulator_api() -> dict[str, ast.AST]:
+    """The public functions and classes of the emulated ``torch.npu`` (tests/emulated_npu/device.py)."""
+    tree = ast.parse((REPO / "tests" / "emulated_npu" / "device.py").read_text(encoding="utf-8"))
+    return {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+    }
+
+
+def test_the_emulator_offers_only_the_wheels_api(torch_npu_wheel: Path) -> None:
+    """Code written against the emulated torch.npu runs against the real one: every public name exists there,
+    its positional parameters are the real ones' first, by name, and its keywords are taken there."""
+    real = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu")
+    emulated = emulator_api()
+    assert sorted(set(emulated) - set(real)) == []
+    for name, node in emulated.items():
+        ours, theirs = npu_wheel.signature(node), npu_wheel.signature(real[name])
+        if ours is None or theirs is None:
+            continue
+        positional = [p.name for p in ours.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        real_positional = [
+            p.name for p in theirs.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        assert real_positional[: len(positional)] == positional, f"{name}{ours} against torch_npu's {name}{theirs}"
+        theirs.bind_partial(**{p.name: None for p in ours.parameters.values() if p.kind is p.KEYWORD_ONLY})
+
+
+@pytest.mark.npu_only(reason="the emulated npu's answers, compared with the real torch_npu's sources")
+def test_the_emulator_answers_as_the_wheels_python_does(torch_npu_wheel: Path) -> None:
+    """get_amp_supported_dtype's list and the invalid-device message, from the wheel's own sources."""
+    load_emulated_npu()
+    source = (torch_npu_wheel / "torch_npu" / "npu" / "autocast_utils.py").read_text(encoding="utf-8")
+    assert "return [torch.float16, torch.bfloat16, torch.float32]" in source
+    assert torch.npu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16, torch.float32]
+    init = (torch_npu_wheel / "torch_npu" / "npu" / "__init__.py").read_text(encoding="utf-8")
+    assert 'raise AssertionError("Invalid device id" + pta_error(ErrCode.VALUE))' in init
+    with pytest.raises(AssertionError, match=r"^Invalid device id\n\[ERROR\] .* ERR00003 PTA invalid value$"):
+        torch.npu.get_device_name(99)
+
+
+def test_every_environment_variable_the_npu_row_names_is_read_by_the_wheel(torch_npu_wheel: Path) -> None:
+    """Visible devices, collective timeouts, recommended settings and toolkit homes: a rename upstream fails."""
+    names = dev.kind_of("npu").environment_variables()
+    assert {"ASCEND_RT_VISIBLE_DEVICES", "HCCL_EXEC_TIMEOUT", "TASK_QUEUE_ENABLE", "ASCEND_HOME_PATH"} <= set(names)
+    missing = [name for name in names if not npu_wheel.mentions(torch_npu_wheel, name)]
+    assert missing == []
+
+
+# ---------------------------------------------------------------- choices the wheel contradicts
+
+
+@pytest.mark.npu_only(reason="the fused steps torch_npu runs on the host")
+def test_no_fused_step_the_wheel_runs_on_the_host_is_chosen_on_npu(torch_npu_wheel: Path) -> None:
+    """torch_npu announces its fused Adam step as a host fallback: vtools' recipe never picks a fused step that
+    the wheel runs on the host, checked by training a step under the audit (the emulator announces it too)."""
+    load_emulated_npu()
+    fused = {
+        match.group(1)
+        for sentence in npu_wheel.fallback_sentences(torch_npu_wheel)
+        for match in re.finditer(r"aten::_fused_(\w+?)_\b", sentence)
+    }
+    assert "adam" in fused
+    from tests.emulated_npu import fallbacks
+
+    device = torch.device("npu")
+    for opt in sorted(fused):
+        model = torch.nn.Linear(4, 3).to(device)
+        optim = typed_options(TrainJob, build_parser().parse_args(["--opt", opt])).optim
+        optimizer = build_optimizer(model, optim, lr=0.1)
+        with fallbacks.falling_back([]), FallbackWatch("npu") as watch:  # announcements afresh, as in a new run
+            model(torch.randn(2, 4, device=device)).sum().backward()
+            optimizer.step()
+        assert [entry.op for entry in watch.fallbacks()] == [], opt
