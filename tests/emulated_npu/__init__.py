@@ -26,8 +26,15 @@ join ``init_process_group("hccl", device_id=npu:N)`` and DDP, object
 collectives and barriers run on npu tensors as on a host with torch_npu; like
 HCCL it refuses collectives on host tensors.
 
+What it takes from the real torch_npu 2.14.0 wheel (checked against it in
+tests/runtime/test_device_kinds_wheel.py): the host-fallback sentences and which
+operators fall back (``fallbacks.py``), the names and parameters of its
+``torch.npu`` functions, get_amp_supported_dtype, the invalid-device and
+out-of-memory messages (an allocation past 64 GiB per device fails as the
+caching allocator fails).
+
 What it cannot prove: anything about torch_npu itself (its kernels, HCCL's
-own transport and timeouts, graph mode, memory limits), numerics of real NPU
+own transport and timeouts, graph mode, its caching allocator), numerics of real NPU
 kernels, or speed. Tensors live in host memory; every op other than
 allocation, copies and views runs on CPU copies of its inputs through
 ``at::native::cpu_fallback``, synchronously, so only the ordering between
@@ -43,8 +50,9 @@ Environment:
   VTOOLS_EMU_NPU_CHIP          910A, 910B or 910B1..910B4: get_device_name() says
                                "Ascend910A", "Ascend910B1"...; 910A has no bf16
   VTOOLS_EMU_NPU_FALLBACK_OPS  e.g. "aten::relu_,aten::add.Tensor": these ops announce
-                               a host (CPU) fallback on stderr in torch_npu's words
-                               (``fallbacks.py``)
+                               a host (CPU) fallback on stderr in torch_npu's words,
+                               besides those torch_npu 2.14.0 itself runs on the
+                               host (unfold's and logit's backward...; ``fallbacks.py``)
   VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE  once (default, per op and process, as
                                torch_npu) or always (at every call)
   VTOOLS_EMU_NPU_FAULT_OP      e.g. "aten::addmm": that op's npu results are off by

@@ -40,6 +40,7 @@
 
 #include "npu_runtime.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -56,8 +57,9 @@ using c10::DeviceType;
 
 constexpr DeviceType kNpu = DeviceType::PrivateUse1;
 constexpr int kMaxDevices = 64;
-// Advertised per-device memory (an Ascend 910B has 64 GB of HBM). Nothing
-// enforces it: allocations are plain host mallocs.
+// Per-device memory (an Ascend 910B has 64 GB of HBM). Allocations are plain
+// host mallocs; one that would take a device past it fails as torch_npu's
+// caching allocator fails, before any host memory is asked for.
 constexpr int64_t kTotalMemory = int64_t(64) << 30;
 
 // ---------------------------------------------------------------------------
@@ -133,6 +135,21 @@ void* aligned_host_alloc(size_t nbytes, const char* what) {
 
 void free_device_ptr(void* ptr);
 
+// c10's way of printing a size in the allocator's messages: "2.00 GiB", "512.00 KiB", "12 bytes".
+std::string format_size(int64_t size) {
+  char buffer[64];
+  if (size < 1024) {
+    std::snprintf(buffer, sizeof(buffer), "%lld bytes", static_cast<long long>(size));
+  } else if (size < 1048576) {
+    std::snprintf(buffer, sizeof(buffer), "%.2f KiB", size / 1024.0);
+  } else if (size < 1073741824) {
+    std::snprintf(buffer, sizeof(buffer), "%.2f MiB", size / 1048576.0);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.2f GiB", size / 1073741824.0);
+  }
+  return buffer;
+}
+
 class NpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
@@ -140,6 +157,7 @@ class NpuAllocator final : public c10::DeviceAllocator {
     check_device_index(index);
     void* ptr = nullptr;
     if (nbytes > 0) {
+      check_capacity(index, nbytes);
       ptr = aligned_host_alloc(nbytes, "allocating");
       std::lock_guard<std::mutex> lock(mutex_);
       blocks_[reinterpret_cast<uintptr_t>(ptr)] = Block{nbytes, index};
@@ -147,6 +165,26 @@ class NpuAllocator final : public c10::DeviceAllocator {
       stats_[index].count.increase(1);
     }
     return {ptr, ptr, &free_device_ptr, Device(kNpu, index)};
+  }
+
+  // torch_npu's words (NPUCachingAllocator; tests/runtime/test_device_kinds_wheel.py finds each piece in the
+  // real library): nothing is cached here, so allocated, active and reserved are the same number.
+  void check_capacity(DeviceIndex index, size_t nbytes) {
+    int64_t used = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      used = stats_[index].bytes.current;
+    }
+    const int64_t wanted = static_cast<int64_t>(nbytes);
+    if (wanted <= kTotalMemory - used) {
+      return;
+    }
+    const std::string held = format_size(used);
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "NPU out of memory. Tried to allocate ", format_size(wanted), " (NPU ",
+        static_cast<int>(index), "; ", format_size(kTotalMemory), " total capacity; ", held,
+        " already allocated; ", held, " current active; ", format_size(kTotalMemory - used), " free; ", held,
+        " reserved in total by PyTorch)");
   }
 
   void release(void* ptr) {

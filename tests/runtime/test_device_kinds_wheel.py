@@ -225,6 +225,21 @@ def test_the_emulator_answers_as_the_wheels_python_does(torch_npu_wheel: Path) -
         torch.npu.get_device_name(99)
 
 
+@pytest.mark.npu_only(reason="the emulated npu's out-of-memory error, compared with the real torch_npu's library")
+def test_the_emulators_out_of_memory_error_is_torch_npus(torch_npu_wheel: Path) -> None:
+    """An allocation past the device's memory fails as torch_npu's caching allocator fails: an OutOfMemoryError
+    (what --retry and the memory estimate recognise) whose every fixed piece is in the real library."""
+    load_emulated_npu()
+    with pytest.raises(torch.OutOfMemoryError) as raised:
+        torch.empty(65 << 30, dtype=torch.uint8, device="npu")  # refused before any host memory is asked for
+    message = str(raised.value).splitlines()[0]
+    assert message.startswith("NPU out of memory. Tried to allocate 65.00 GiB (NPU 0; 64.00 GiB total capacity")
+    pieces = [piece for piece in re.split(r"\d+(?:\.\d+)? ?(?:GiB|MiB|KiB|bytes)?", message) if len(piece) >= 6]
+    assert len(pieces) >= 6
+    strings = npu_wheel.library_strings(torch_npu_wheel)
+    assert [piece for piece in pieces if not any(piece in text for text in strings)] == []
+
+
 def test_every_environment_variable_the_npu_row_names_is_read_by_the_wheel(torch_npu_wheel: Path) -> None:
     """Visible devices, collective timeouts, recommended settings and toolkit homes: a rename upstream fails."""
     names = dev.kind_of("npu").environment_variables()
