@@ -120,6 +120,47 @@ def test_fit_writes_what_train_py_writes(tmp_path: Path) -> None:
     assert (again.folder / weights).read_bytes() == (ours / weights).read_bytes()
 
 
+@pytest.mark.cpu_only(reason="checks the first argument before any device work")
+def test_options_given_as_the_first_argument_are_one_line() -> None:
+    import vtools
+
+    with pytest.raises(
+        UsageError,
+        match=r"^fit\(\): the first argument is the path of a YAML run file \(or None\), not "
+        r"a dict; give options as keywords: fit\(epochs=1, ...\) or fit\(\*\*options\)$",
+    ):
+        vtools.fit({"epochs": 1})
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only(reason="the thread, not the device, is the point; npu training: tests/scripts/test_train.py")
+def test_fit_from_a_thread_trains_without_stop_handlers_and_says_so(
+    fashion4: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A notebook or a service calls fit() off the main thread, where Python refuses signal handlers."""
+    import threading
+
+    import vtools
+
+    ended: dict[str, object] = {}
+
+    def train() -> None:
+        try:
+            ended["outcome"] = vtools.fit(
+                QUICK_START, device="cpu", data_dir=fashion4, model="test_resnet", epochs=1, output=tmp_path
+            )
+        except BaseException as err:  # noqa: BLE001 - handed to the test's thread to fail there
+            ended["error"] = err
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    assert "error" not in ended, ended.get("error")
+    outcome = ended["outcome"]
+    assert outcome.code == 0 and len(outcome.summary) == 1
+    assert "stop signals: not handled (Python lets only the main thread install handlers)" in capfd.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def shipped_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init model folder for the shipped set's ten classes."""

@@ -573,6 +573,9 @@ TRAINING_FLAGS = [
     ("val-interval-0", ["--val-interval", "0"], "--val-interval must be a positive integer"),
     ("naflex", ["--naflex-loader"], "--naflex-loader: variable-resolution and NaFlex batches need"),
     ("scale-one-value", ["--scale", "0.5"], "--scale takes two values, low and high, got 0.5"),
+    # torch's timedelta overflows past ~1e9 days, gloo's store times out before it starts below a few seconds
+    ("dist-timeout-huge", ["--dist-timeout", "1e30"], "--dist-timeout: invalid time '1e30': give seconds from 10 to"),
+    ("dist-timeout-tiny", ["--dist-timeout", "1e-9"], "--dist-timeout: invalid time '1e-9': give seconds from 10 to"),
     (  # timm asserts on this pair mid-setup; a colour mean for a grayscale model is a mistake, not a broadcast
         "gray-with-colour-mean",
         ["--in-chans", "1", "--mean", "0.5", "0.4", "0.3"],
@@ -1634,6 +1637,20 @@ ROWS = [
         ["--output {tmp}/a/overall.csv would write over REPORT {tmp}/a's overall.csv"],
         files=REPORT_FILES,
         checks=(_intact("a/overall.csv", REPORT_FILES["a/overall.csv"]),),
+    ),
+    Row(
+        "compare-a-per-class-table-that-is-not-text",
+        ["-m", "vtools", "compare", "{tmp}/a", "{tmp}/b"],
+        2,
+        ["{tmp}/b/per_class.csv: not a CSV table of a class report (UnicodeDecodeError"],
+        files={**REPORT_FILES, "b/per_class.csv": bytes(range(128, 256))},
+    ),
+    Row(
+        "compare-a-per-class-table-without-classes",
+        ["-m", "vtools", "compare", "{tmp}/a", "{tmp}/b"],
+        2,
+        ["{tmp}/b/per_class.csv: not a CSV table of a class report (no column class)"],
+        files={**REPORT_FILES, "b/per_class.csv": "name,top1\ncat,100.0\n"},
     ),
     Row(
         "plot-output-is-the-runs-summary",

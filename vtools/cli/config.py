@@ -265,6 +265,12 @@ def resolve_options(
 ) -> argparse.Namespace:
     """The Python API's parse: the parser's defaults < the YAML file ``config`` < keyword ``values``, each
     checked as on the command line (refused timm flags included); no argv strings are made."""
+    if config is not None and not isinstance(config, (str, os.PathLike)):
+        name = caller.removesuffix("()")
+        raise UsageError(
+            f"{caller}: the first argument is the path of a YAML run file (or None), not a {type(config).__name__}; "
+            f"give options as keywords: {name}(epochs=1, ...) or {name}(**options)"
+        )
     if config:
         parser.set_defaults(**yaml_defaults(parser, read_yaml(config), str(config)))
         if "config" in _options(parser):

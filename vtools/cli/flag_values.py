@@ -63,14 +63,22 @@ def interval_seconds(value: int | str) -> float | None:
     return float(value[:-1]) * DURATION_UNITS[value[-1]]
 
 
-def positive_seconds(text: str) -> float:
-    """A time in seconds above zero (--dist-timeout)."""
+# --dist-timeout's range: below 10 s a healthy job's start-up and heartbeats (0.5 s apart at least) cannot tell a
+# slow rank from a stopped one; past 30 days the timeouts overflow what torch and the collective libraries take
+DIST_TIMEOUT_RANGE = (10.0, 30 * 24 * 3600.0)
+
+
+def collective_seconds(text: str) -> float:
+    """A collective timeout in seconds (--dist-timeout), within :data:`DIST_TIMEOUT_RANGE`."""
+    low, high = DIST_TIMEOUT_RANGE
     try:
         value = float(text)
     except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"invalid time {text!r}: give seconds above 0, e.g. 600")
+        value = float("nan")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: give seconds from {low:.0f} to {high:.0f} (30 days), e.g. 600"
+        )
     return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from vtools.cli.config import add_config_flag, parse_with_config
 from vtools.cli.eval_flags import add_threshold
-from vtools.cli.flag_values import KeyValuePairs, positive_seconds, recovery_interval
+from vtools.cli.flag_values import KeyValuePairs, collective_seconds, recovery_interval
 from vtools.cli.options import (
     add_batch_size,
     add_data_source_args,
@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     may_change_on_resume(
         group.add_argument(
             "--dist-timeout",
-            type=positive_seconds,
+            type=collective_seconds,
             default=1800.0,
             metavar="SECONDS",
             help="under torchrun: how long a collective, or a rank's silence, may last before the job ends "

@@ -34,7 +34,7 @@ def load_reports(paths: Sequence[str]) -> list[LoadedReport]:
     labels = [name if names.count(name) == 1 else str(path) for name, path in zip(names, paths)]
     reports = []
     for label, folder in zip(labels, folders):
-        rows = read_table(folder / PER_CLASS)
+        rows = read_table(folder / PER_CLASS, columns=("class",))
         reports.append(LoadedReport(label, folder, read_table(folder / OVERALL)[0], {r["class"]: r for r in rows}))
     shared = set(reports[0].classes).intersection(*(r.classes for r in reports[1:]))
     if not shared:

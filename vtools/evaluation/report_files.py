@@ -98,9 +98,20 @@ def _csv_line(values: list[Any]) -> str:
     return buffer.getvalue()
 
 
-def read_table(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+def read_table(path: Path, columns: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """A report's CSV table; a file that is not one (not UTF-8 text, not CSV, without ``columns``) is a
+    one-line UsageError naming it, not a traceback."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UsageError(f"{path}: not a CSV table of a class report ({type(err).__name__}: {err})") from None
+    missing = [name for name in columns if name not in header]
+    if missing:
+        raise UsageError(f"{path}: not a CSV table of a class report (no column {', '.join(missing)})")
+    return rows
 
 
 def report_folder(path: str | os.PathLike) -> Path:

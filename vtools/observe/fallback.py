@@ -81,7 +81,7 @@ class FallbackWatch:
         self._regexes = [re.compile(pattern) for pattern in self.patterns]
         self._counts: dict[str, Fallback] = {}
         self._lock = threading.Lock()
-        self._main = threading.main_thread().ident
+        self._main = threading.get_ident()  # the thread that runs the watched work: a fatal one stops it
         self._first_fatal: list[Fallback] = []  # the operators of the line a fatal watch stopped at
         self._closed = False
         # under ``fatal`` a line is held until complete, so that the announcement the run stops for is not

@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -50,6 +51,14 @@ class StopRequest:
         self._signalled = False  # this process got a signal itself (not only another rank's, by agreement)
 
     def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():  # vtools.fit() from a thread
+            print(
+                "stop signals: not handled (Python lets only the main thread install handlers): Ctrl-C or SIGTERM "
+                "end this run without a last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            return self
         for sig in STOP_SIGNALS:
             if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
                 continue  # started under nohup: a closing terminal must not stop the run
