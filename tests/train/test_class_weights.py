@@ -77,6 +77,11 @@ def test_weights_files_json_object_list_and_csv(tmp_path: Path) -> None:
         ("word.json", '{"bag": "heavy"}', "the weight of 'bag' is 'heavy', not a number"),
         ("broken.json", "{", "not valid JSON"),
         ("empty.csv", "", "expected class,weight rows"),
+        ("twice.csv", "bag,1\nbag,2\n", "'bag' is given twice \\('1' and '2'\\); give it once"),
+        ("twice.json", '{"bag": 1, "bag": 2}', "'bag' is given twice \\(1 and 2\\); give it once"),
+        ("word.csv", "bag,heavy\n", "the weight of 'bag' is 'heavy', not a number"),
+        ("zeros.json", "[0, 0, 0, 0]", "every weight is 0, so the loss would teach nothing"),
+        ("zeros.csv", "class,weight\nbag,0\nsneaker,0\ntrouser,0\nt-shirt_top,0\n", "every weight is 0"),
     ],
 )
 def test_bad_weights_files_are_refused_in_one_line(tmp_path: Path, name: str, content: str, message: str) -> None:
@@ -113,6 +118,19 @@ def test_the_loss_is_torchs_weighted_cross_entropy(device: torch.device, smoothi
     torch.testing.assert_close(weighted(logits, targets), expected)
     plain = recipe.build_train_loss(job.augment, mixup_active=False).to(device)
     assert not torch.allclose(plain(logits, targets), expected)
+
+
+def test_a_batch_of_zero_weight_classes_has_no_loss_and_no_gradient(device: torch.device) -> None:
+    """A file may weigh a class 0: a batch of such classes alone would be torch's 0/0; it teaches nothing."""
+    weights = torch.tensor([0.0, 0.0, 2.0, 8.0])
+    loss = recipe.build_train_loss(train_flags("--smoothing", "0.1").augment, False, class_weights=weights).to(device)
+    logits = torch.randn(6, 4, device=device, requires_grad=True)
+    nothing = loss(logits, torch.tensor([0, 1, 0, 1, 1, 0], device=device))
+    nothing.backward()
+    assert nothing.item() == 0.0 and torch.count_nonzero(logits.grad).item() == 0
+    mixed = torch.tensor([0, 2, 3, 1, 3, 2], device=device)
+    expected = F.cross_entropy(logits, mixed, weight=weights.to(device), label_smoothing=0.1)
+    torch.testing.assert_close(loss(logits, mixed), expected)
 
 
 def test_under_mixup_the_soft_targets_are_weighted(device: torch.device) -> None:

@@ -5,7 +5,9 @@ small one. Weighting the loss by inverse class frequency is the usual remedy; ``
 scikit-learn's ``compute_class_weight('balanced')`` does (n_samples / (n_classes * count)), over the
 classes the training set holds. A class with no training image gets weight 0: there is nothing of it to
 balance. A FILE gives the weights instead: JSON (``{"class": weight}`` or a list, one per class) or CSV
-(``class,weight`` rows). Classes a name-keyed file leaves out keep weight 1.
+(``class,weight`` rows, a header allowed). Classes a name-keyed file leaves out keep weight 1; a class given twice,
+a weight that is not a number 0 or more, and weights that are all 0 are refused. A class of weight 0 teaches
+nothing, and neither does a batch made of such classes only: its loss is 0 (recipe.WeightedCrossEntropy).
 """
 
 from __future__ import annotations
@@ -60,17 +62,18 @@ def read_weights_file(path: str, classes: Sequence[str]) -> np.ndarray:
         raise UsageError(f"{FLAG} {path}: cannot read it ({err.__class__.__name__}: {err})") from None
     if file.suffix.lower() == ".json":
         try:
-            given = json.loads(text)
+            given = json.loads(text, object_pairs_hook=lambda pairs: _once_each(pairs, path))
         except json.JSONDecodeError as err:
             raise UsageError(f"{FLAG} {path}: not valid JSON ({err})") from None
     else:
-        given = {row[0].strip(): row[1].strip() for row in csv.reader(text.splitlines()) if len(row) >= 2}
-        if given and _not_a_number(next(iter(given.values()))):
-            given.pop(next(iter(given)))  # the header row
+        rows = [(row[0].strip(), row[1].strip()) for row in csv.reader(text.splitlines()) if len(row) >= 2]
+        if rows and rows[0][0] not in classes and _not_a_number(rows[0][1]):
+            rows = rows[1:]  # the header row
+        given = _once_each(rows, path)
     if isinstance(given, list):
         if len(given) != len(classes):
             raise UsageError(f"{FLAG} {path}: {len(given)} weights for {len(classes)} classes; give one per class")
-        return np.array([_weight(value, path, str(i)) for i, value in enumerate(given)], dtype=np.float64)
+        return _some_weight(np.array([_weight(value, path, str(i)) for i, value in enumerate(given)]), path)
     if not isinstance(given, dict) or not given:
         raise UsageError(f"{FLAG} {path}: expected class,weight rows or a JSON object/list of weights")
     index = {name: i for i, name in enumerate(classes)}
@@ -81,7 +84,23 @@ def read_weights_file(path: str, classes: Sequence[str]) -> np.ndarray:
     weights = np.ones(len(classes), dtype=np.float64)
     for name, value in given.items():
         weights[index[name]] = _weight(value, path, name)
-    return weights
+    return _some_weight(weights, path)
+
+
+def _once_each(pairs: Sequence[tuple[str, object]], path: str) -> dict[str, object]:
+    """A class's weight given twice is refused: which one the user meant cannot be known."""
+    given: dict[str, object] = {}
+    for name, value in pairs:
+        if name in given:
+            raise UsageError(f"{FLAG} {path}: {name!r} is given twice ({given[name]!r} and {value!r}); give it once")
+        given[name] = value
+    return given
+
+
+def _some_weight(weights: np.ndarray, path: str) -> np.ndarray:
+    if not weights.any():
+        raise UsageError(f"{FLAG} {path}: every weight is 0, so the loss would teach nothing; give some class a weight")
+    return weights.astype(np.float64)
 
 
 def _not_a_number(text: str) -> bool:

@@ -147,7 +147,11 @@ def build_train_loss(
 
 class WeightedCrossEntropy(torch.nn.Module):
     """torch's class-weighted cross-entropy on class indices (with label smoothing) or soft targets; the
-    weights live as a buffer so they follow the loss to the device, in the logits' dtype."""
+    weights live as a buffer so they follow the loss to the device, in the logits' dtype.
+
+    On class indices torch's mean divides by the batch's summed target weights, which is 0 for a batch whose
+    classes all weigh 0 (a weights file may give 0): 0/0, and the run would stop as diverged. Such a batch
+    teaches nothing, so its loss is 0 with a zero gradient, decided on the device (no host sync)."""
 
     def __init__(self, weight: torch.Tensor, smoothing: float) -> None:
         super().__init__()
@@ -155,9 +159,15 @@ class WeightedCrossEntropy(torch.nn.Module):
         self.smoothing = smoothing
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(
-            logits, target, weight=self.weight.to(logits.dtype), label_smoothing=self.smoothing
+        weight = self.weight.to(logits.dtype)
+        if target.is_floating_point():  # soft targets: torch averages over the batch, not over weights
+            return torch.nn.functional.cross_entropy(logits, target, weight=weight, label_smoothing=self.smoothing)
+        total = torch.nn.functional.cross_entropy(
+            logits, target, weight=weight, label_smoothing=self.smoothing, reduction="sum"
         )
+        batch_weight = weight[target].sum()
+        weighs = batch_weight > 0
+        return torch.where(weighs, total / torch.where(weighs, batch_weight, torch.ones_like(batch_weight)), total * 0)
 
 
 def build_train_transform(augment: AugmentOptions, data_config: dict[str, Any]) -> Any:
