@@ -36,6 +36,7 @@ CSV_FORMS = {
     "semicolons": ["a.png,dog;cat", "sub/b.png,owl", "c.png,", "d.png,fox;cat;owl"],
     "pipes": ['a.png,"dog|cat"', "sub/b.png,owl", "c.png,", "d.png, fox | cat | owl"],
     "mixed": ["a.png,dog;cat", "./sub/b.png,owl", "", "c.png,,", "d.png,fox cat,owl;owl"],
+    "quoted commas": ['a.png,"dog, cat"', "sub/b.png,owl", "c.png,", 'd.png,"fox,cat, owl"'],
 }
 
 
@@ -269,6 +270,11 @@ JSON_ERRORS = {
     "listed twice": ('{"a.png": ["cat"], "d.png": [], "a.png": ["dog"]}', ("entry 3", "listed twice", "entry 1")),
     "no path": ('{"a.png": ["cat"], "": ["dog"]}', ("entry 2", "no image path")),
     "empty": ("{}", ("no rows",)),
+    "two names in one string": (
+        '{"a.png": "cat dog"}',
+        ("entry 1", '"cat dog" is one string holding several names', '["cat", "dog"]'),
+    ),
+    "a comma in a listed name": ('{"a.png": ["owl", "cat, dog"]}', ("entry 1", '"cat, dog"', '["cat", "dog"]')),
 }
 
 

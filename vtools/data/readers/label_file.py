@@ -4,10 +4,13 @@ A split folder holding ``labels.csv`` or ``labels.json`` is read from that file 
 subfolders, since an image with several classes (or none) cannot sit in one class folder:
 
 - ``labels.csv``: rows ``path,labels...``; the path is relative to the split folder (or absolute), the
-  class names follow in columns of their own or several in one field separated by whitespace, ``;`` or
-  ``|``; an empty label field is an image of no class. A first row whose first cell is ``image``,
+  class names follow in columns of their own or several in one field separated by whitespace, ``,``,
+  ``;`` or ``|``; an empty label field is an image of no class. A first row whose first cell is ``image``,
   ``path``, ``file`` or ``filename`` is a header.
 - ``labels.json``: ``{"relative/path.png": ["cat", "dog"], ...}``; a string is one class, ``[]`` none.
+
+So a class name holds none of those separators: in a JSON file one that does (``"cat dog"``, most likely
+two classes written as one string) is refused, naming the list to write instead.
 
 Classes are the training split's (a class map) or else the file's sorted names. Paths go into a
 :class:`PathTable` and labels into a :class:`LabelSets` as they are parsed, so a million rows cost a few
@@ -38,6 +41,7 @@ from vtools.data.readers.path_table import PathTable, PathTableBuilder
 from vtools.errors import UsageError
 
 LABEL_FILES = ("labels.csv", "labels.json")
+_SEPARATORS_TO_SPACE = str.maketrans({",": " ", ";": " ", "|": " "})  # between class names, besides whitespace
 HEADER_FIRST_CELLS = ("image", "path", "file", "filename")
 _CHUNK = 1 << 16  # paths encoded and copied into the table this many at a time
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -226,7 +230,7 @@ def _csv_rows(file: Path) -> Iterator[tuple[int, str, list[str]]]:
                     first = False
                     continue
                 first = False
-                labels = " ".join(row[1:]).replace(";", " ").replace("|", " ")
+                labels = " ".join(row[1:]).translate(_SEPARATORS_TO_SPACE)
                 yield reader.line_num, path, labels.split()  # split() at any whitespace
     except csv.Error as err:
         raise UsageError(
@@ -275,7 +279,15 @@ def _json_rows(file: Path) -> Iterator[tuple[int, str, list[str]]]:
                 f"{file}, entry {number} ({path!r}): {json.dumps(_plain(value))[:60]} is not a class name or a "
                 "list of class names"
             )
-        yield number, path.strip(), [name.strip() for name in names if name.strip()]
+        names = [name.strip() for name in names if name.strip()]
+        joined = next((name for name in names if len(name.translate(_SEPARATORS_TO_SPACE).split()) > 1), None)
+        if joined is not None:
+            parts = json.dumps(joined.translate(_SEPARATORS_TO_SPACE).split())
+            raise UsageError(
+                f"{file}, entry {number} ({path!r}): {json.dumps(joined)} is one string holding several names; a "
+                f"class name has no whitespace, ',', ';' or '|': write the classes as a list, {parts}"
+            )
+        yield number, path.strip(), names
 
 
 class _Entries(list):
