@@ -1480,6 +1480,25 @@ ROWS = [
         setup=_model_copies("model"),
         checks=(_model_intact,),
     ),
+    Row(  # the side file a results file brings is checked as the results file is
+        "validate-results-files-fallback-list-is-the-class-map",
+        [
+            "validate.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--class-map",
+            "{tmp}/cm/r.cpu_fallbacks.csv",
+        ]
+        + ["--results-file", "{tmp}/cm/r.csv"],
+        2,
+        [
+            "the --results-file's cpu fallbacks list {tmp}/cm/r.cpu_fallbacks.csv would write over --class-map "
+            "{tmp}/cm/r.cpu_fallbacks.csv"
+        ],
+        files={"cm/r.cpu_fallbacks.csv": "cat\ndog\nfox\n"},
+        checks=(_intact("cm/r.cpu_fallbacks.csv", "cat\ndog\nfox\n"), _absent("cm/r.csv")),
+    ),
     *[
         Row(
             f"validate-report-inside-the-data-{how}",

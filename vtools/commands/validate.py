@@ -145,7 +145,10 @@ def check_paths(args: argparse.Namespace, pairs: list[tuple[str, str]], reports:
     ]
     inputs += [found for model in dict.fromkeys(model for model, _ in pairs) for found in model_files(model)]
     inputs += [("--checkpoint", checkpoint) for checkpoint in dict.fromkeys(ckpt for _, ckpt in pairs)]
-    outputs = [Output("--results-file", Path(args.results_file))] if args.results_file else []
+    outputs = []
+    if args.results_file:
+        outputs.append(Output("--results-file", Path(args.results_file)))
+        outputs.append(Output("the --results-file's cpu fallbacks list", fallbacks_path(args.results_file)))
     several = len(pairs) > 1
     for (model, checkpoint), folder in zip(pairs, reports):
         if folder is not None:
@@ -154,6 +157,11 @@ def check_paths(args: argparse.Namespace, pairs: list[tuple[str, str]], reports:
             trace = StepProfiler.trace_path(_profile_folder(args), f"validate-{pair_name(model, checkpoint)}")
             outputs.append(Output(f"the --profile trace of {model}" if several else "--profile trace", trace))
     check_outputs(inputs, outputs)
+
+
+def fallbacks_path(results_file: str) -> Path:
+    """Where the host-fallback list goes beside a results file: ``r.csv`` -> ``r.cpu_fallbacks.csv``."""
+    return Path(results_file).with_suffix(f".{CSV_NAME}")
 
 
 def _profile_folder(args: argparse.Namespace) -> Path:
@@ -257,7 +265,7 @@ def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
         if args.results_file and rows:
             write_rows(args.results_file, rows, args.results_format)
             print(f"results written to {args.results_file}")
-            fallbacks_file = fallbacks.write_csv(Path(args.results_file).with_suffix(f".{CSV_NAME}"))
+            fallbacks_file = fallbacks.write_csv(fallbacks_path(args.results_file))
         print(fallbacks.summary(str(fallbacks_file) if fallbacks_file else None))
     if failures:
         raise models_failed(failures, len(pairs), args.results_file if rows else "")
