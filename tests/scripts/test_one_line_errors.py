@@ -1711,6 +1711,32 @@ ROWS = [
         setup=_model_copies("model"),
         checks=(_model_intact,),
     ),
+    # parity --train reads what a training run reads: its results file goes nowhere near any of it
+    Row(
+        "parity-train-results-file-is-the-models-weights",
+        ["-m", "vtools", "parity", "--train", "--data-dir", "{data}", "--model", "{tmp}/model"]
+        + ["--results-file", "{tmp}/model/model.safetensors"],
+        2,
+        ["--results-file {tmp}/model/model.safetensors would write over the model's model.safetensors"],
+        setup=_model_copies("model"),
+        checks=(_model_intact,),
+    ),
+    Row(
+        "parity-train-results-file-is-the-run-file",
+        ["-m", "vtools", "parity", "--train", "-c", "{tmp}/run.yaml", "--results-file", "{tmp}/run.yaml"],
+        2,
+        ["--results-file {tmp}/run.yaml would write over -c {tmp}/run.yaml"],
+        files={"run.yaml": "data-dir: {data}\nmodel: test_resnet\n"},
+    ),
+    Row(
+        "parity-train-results-file-is-the-class-weights",
+        ["-m", "vtools", "parity", "--train", "--data-dir", "{data}", "--model", "test_resnet"]
+        + ["--class-weights", "{tmp}/w.csv", "--results-file", "{tmp}/w.csv"],
+        2,
+        ["--results-file {tmp}/w.csv would write over --class-weights {tmp}/w.csv"],
+        files={"w.csv": "bag,2\n"},
+        checks=(_intact("w.csv", "bag,2\n"),),
+    ),
     # issue 33, an adversarial probe: refusals that a YAML file slipped past, a teacher of other classes,
     # values no transform means, misleading names and hints, and inputs that ended in a traceback or a hang
     *[

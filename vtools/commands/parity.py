@@ -223,15 +223,15 @@ def main_train(argv: list[str]) -> int:
     refuse_torchrun("python -m vtools parity --train")
     own, rest = build_train_parser().parse_known_args(argv)
     check_comparison_args(own)
-    job = typed_options(TrainJob, train_flags.parse(rest))
+    train_args = train_flags.parse(rest)
+    job = typed_options(TrainJob, train_args)
     refused = {"--torchcompile": job.model.torchcompile, "--model-dtype": job.runtime.model_dtype}
     refused["--resume"] = job.run.resume
     for flag, value in refused.items():
         if value:
             raise UsageError(f"{flag}: parity --train compares eager steps from the start; run it without {flag}")
     if own.results_file:
-        inputs = [("--data-dir", job.data.data_dir)] if job.data.data_dir else []
-        check_outputs(inputs, [Output("--results-file", Path(own.results_file))])
+        check_outputs(training_inputs(job, train_args.config), [Output("--results-file", Path(own.results_file))])
     runtime = setup_runtime(job.runtime)
     reference = resolve_device(own.against, job.runtime.device_modules or (), flag="--against")
     tols = parity.default_tolerances(runtime.amp.dtype_name, own.tol, own.grad_tol)
@@ -240,6 +240,20 @@ def main_train(argv: list[str]) -> int:
         job, runtime.device, runtime.amp, reference, resolve_amp(reference, False), own.steps, tols
     )
     return finish(entries, parity_recipe.verdict(entries, own.steps), own, runtime.device, reference)
+
+
+def training_inputs(job: TrainJob, config: str) -> list[tuple[str, str | Path | None]]:
+    """What a training run's options make it read, as (what, path): where a file it writes must not go."""
+    weights = job.augment.class_weights if job.augment.class_weights != "balanced" else None
+    return [
+        ("the data folder", job.data.data or job.data.data_dir),
+        ("-c", config or None),
+        ("--class-map", job.data.class_map or None),
+        ("--class-weights", weights or None),
+        ("--initial-checkpoint", job.model.initial_checkpoint or None),
+        ("--pretrained-path", job.model.pretrained_path),
+        *model_files(job.model.model),
+    ]
 
 
 def check_comparison_args(args: argparse.Namespace) -> None:
