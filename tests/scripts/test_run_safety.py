@@ -20,6 +20,7 @@ from tests.conftest import (
     assert_one_line_error,
     assert_usage_error,
     device_flags,
+    fashion_subset,
     run_script,
     summary,
     train_args,
@@ -441,3 +442,37 @@ def test_without_matplotlib_the_last_line_lists_only_what_the_run_wrote(fashion4
     )
     assert "no curves.png (the one drawn before the resume is removed): drawing curves.png needs" in resumed.stdout
     assert "curves.png" not in last_line(resumed) and not (run / "curves.png").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only(reason="the order of an epoch's files is the host's; the device runs are the other tests'")
+def test_an_epoch_whose_row_cannot_be_written_is_not_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """summary.csv fails at epoch 1 (a full disk, a file made read-only): the run stops and its checkpoint
+    still records epoch 1 as to do, so a resume trains it again and no row is lost."""
+    import errno
+
+    import vtools
+    from vtools.errors import RunFailed
+    from vtools.train import run as training_run
+
+    written = training_run.write_summary
+    calls = []
+
+    def full_at_epoch_1(claim: object, rows: list) -> object:
+        calls.append(len(rows))
+        if len(rows) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "summary.csv"))
+        return written(claim, rows)
+
+    data = fashion_subset(tmp_path / "data", 8, 2)
+    options = {"device": "cpu", "data_dir": data, "model": "test_resnet", "epochs": 2, "output": tmp_path}
+    options |= {"experiment": "run", "workers": 1, "batch_size": 16}
+    monkeypatch.setattr(training_run, "write_summary", full_at_epoch_1)
+    with pytest.raises((RunFailed, OSError)):
+        vtools.fit(REPO / "configs" / "fashion_mnist_cpu.yaml", **options)
+    assert calls == [1, 2]
+    last = torch.load(tmp_path / "run" / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert last["epoch"] == 1  # epoch 0 done, epoch 1 to do: the failed epoch is not committed
+    monkeypatch.setattr(training_run, "write_summary", written)
+    outcome = vtools.fit(REPO / "configs" / "fashion_mnist_cpu.yaml", **options, resume="auto")
+    assert outcome.code == 0 and [int(row["epoch"]) for row in outcome.summary] == [0, 1]

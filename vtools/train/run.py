@@ -313,8 +313,9 @@ class TrainingRun:
         predictions: PredictionLog | ScoreLog,
         stop: StopRequest,
     ) -> SavedEpoch:
-        """Step the schedule and save the finished epoch: its checkpoint, summary.csv and, for a new best,
-        its class report. A diverged epoch ends the run before it is saved."""
+        """Step the schedule and save the finished epoch: its summary.csv row, its checkpoint and, for a new
+        best, its class report (an epoch is committed whole: a failure before its checkpoint leaves the previous
+        one, which a resume continues). A diverged epoch ends the run before it is saved."""
         check_finite(epoch, metrics, self.parts.model)
         if metrics is not None:
             self.clock.validated(metrics.seconds)
@@ -337,8 +338,10 @@ class TrainingRun:
         best = False
         if self.dist_info.is_main:
             with stop.shielded():
-                best = self.manager.save(state, epoch, metric)
+                # the row before the checkpoint: a checkpoint must never record an epoch whose row is lost (a
+                # resume drops a row its checkpoint does not reach, and trains that epoch again)
                 write_summary(self.claim, self.summary_rows)
+                best = self.manager.save(state, epoch, metric)
                 if best and gathered is not None:
                     write_eval_report(self.claim, gathered, names, self.data.val, epoch)
         return SavedEpoch(self.summary_rows[-1], best, metrics)
