@@ -12,6 +12,7 @@ from tests.conftest import run_script
 from vtools.data.readers import split_scan
 from vtools.data.readers.folder import labelled_images
 from vtools.data.readers.listing import listing_file
+from vtools.errors import UsageError
 
 pytestmark = pytest.mark.cpu_only(reason="listing folders is host-side")
 
@@ -79,19 +80,31 @@ def test_a_listing_is_not_saved_in_the_data_folder_or_anywhere_unasked(
     assert sorted(tmp_path.rglob("*")) == before
 
 
-def test_an_unwritable_listings_folder_is_a_warning_and_the_run_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["below a file", "a read-only file system"])
+def test_an_unwritable_listings_folder_is_a_warning_and_the_run_goes_on(tmp_path: Path, where: str) -> None:
+    """A folder that cannot be made, and one that exists where nothing can be written (/proc: read-only for
+    root too, as a read-only mount of the home folder is)."""
     root = _tree(tmp_path / "data" / "train", FILES)
     (tmp_path / "file").write_text("")
+    folder = str(tmp_path / "file" / "below") if where == "below a file" else "/proc"
     code = (
         "from pathlib import Path; from vtools.data.readers.folder import labelled_images; "
         f"print(len(labelled_images(Path({str(root)!r})).entries.paths))"
     )
-    proc = run_script(
-        ["-c", code],
-        env={"VTOOLS_LISTINGS": str(tmp_path / "file" / "below")},
-    )
+    proc = run_script(["-c", code], env={"VTOOLS_LISTINGS": folder})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["5"]
-    assert proc.stderr.startswith(
-        f"warning: VTOOLS_LISTINGS={tmp_path / 'file' / 'below'}: the listing cannot be saved"
-    )
+    assert proc.stderr.startswith(f"warning: VTOOLS_LISTINGS={folder}: the listing cannot be saved (")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_listings_folder_inside_the_split_is_refused(
+    tmp_path: Path, listings: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _tree(tmp_path / "train", FILES)
+    before = sorted(tmp_path.rglob("*"))
+    for inside in (root / ".listings", root / "cat" / "x", root):
+        monkeypatch.setenv("VTOOLS_LISTINGS", str(inside))
+        with pytest.raises(UsageError, match=f"VTOOLS_LISTINGS={inside} is inside the split {root} it would list"):
+            labelled_images(root)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made in the data

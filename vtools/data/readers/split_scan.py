@@ -38,7 +38,7 @@ from vtools.data.readers.listing import (
 )
 from vtools.data.readers.path_table import PathTableBuilder
 from vtools.data.readers.scan import ImageEntries, scan_folder
-from vtools.errors import UsageError
+from vtools.errors import RunFailed, UsageError
 from vtools.runtime.cpu_budget import return_freed_host_memory
 from vtools.runtime.distributed import computed_by_main
 
@@ -79,6 +79,7 @@ def _scan_or_refusal(root: Path) -> SplitScan | str:
 
 def _kept_or_new(root: Path) -> SplitScan:
     key = os.path.abspath(root)
+    _check_listings_apart(root)
     kept = _kept.get(key) or _saved(root)
     if kept is not None and kept.is_current():  # the split folder's time says whether classes came or went
         _keep(key, kept)
@@ -102,14 +103,29 @@ def _saved(root: Path) -> SplitScan | None:
     return load_listing(listing_file(folder, str(root)), str(root)) if folder else None
 
 
+def _check_listings_apart(root: Path) -> None:
+    """A listings folder inside the split it lists would become one of its class folders (or images)."""
+    folder = listings_folder()
+    if folder is None:
+        return
+    split, place = os.path.realpath(root), os.path.realpath(folder)
+    if place == split or place.startswith(split + os.sep):
+        raise UsageError(
+            f"{LISTINGS_VARIABLE}={folder} is inside the split {root} it would list: saved there, its listings "
+            "would be read as part of the data; point it at a folder outside the data"
+        )
+
+
 def _save(scan: SplitScan) -> None:
     folder = listings_folder()
     if folder is None:
         return
     try:
         save_listing(listing_file(folder, scan.root), scan)
-    except OSError as err:  # the listing is a saving of time, not a result: the run goes on without it
-        print(f"warning: {LISTINGS_VARIABLE}={folder}: the listing cannot be saved ({err.strerror})", file=sys.stderr)
+    except (OSError, RunFailed) as err:  # the listing is a saving of time, not a result: the run goes on without it
+        cause = err if isinstance(err, OSError) else err.__cause__
+        reason = getattr(cause, "strerror", None) or str(err)
+        print(f"warning: {LISTINGS_VARIABLE}={folder}: the listing cannot be saved ({reason})", file=sys.stderr)
 
 
 def _new_scan(root: Path) -> SplitScan:
