@@ -122,3 +122,72 @@ def test_mixup_and_a_resume_train_multi_hot_targets(pairs: Path, tmp_path: Path,
     assert again.returncode == 0, again.stderr[-3000:]
     assert [row["epoch"] for row in summary(tmp_path / "mixed")] == ["0", "1"]
     assert "best map " in again.stdout
+
+
+# ---------------------------------------------------------------- the other commands that carry the labels
+
+
+def _label_lists(source: object) -> list[list[int]]:
+    sets = source.samples.label_sets  # type: ignore[attr-defined]
+    return [sets.classes_of(index).tolist() for index in range(len(sets))]
+
+
+@pytest.fixture(scope="module")
+def small_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 training and 6 validation pairs: some images of one class, some of two."""
+    return fashion_pairs(tmp_path_factory.mktemp("small_pairs"), 12, 6)
+
+
+@pytest.mark.cpu_only(reason="conversion and reading are host-side file work")
+@pytest.mark.parametrize(("fmt", "prefix"), [("wds", "wds"), ("parquet", "hfds")])
+def test_shards_keep_every_images_classes(fmt: str, prefix: str, small_pairs: Path, tmp_path: Path) -> None:
+    """``vtools shards`` on a multi-label folder: the shards read back with the folder's classes and each
+    image's class list, whether it has one class, two or none."""
+    from vtools.data.readers.registry import SourceRequest, open_source
+
+    if fmt == "parquet":
+        pytest.importorskip("datasets")
+    out = tmp_path / "store"
+    proc = run_script(["-m", "vtools", "shards", str(small_pairs), str(out), "--format", fmt, "--shard-size", "5"])
+    assert proc.returncode == 0, proc.stderr
+    assert "4 classes ->" in proc.stdout
+    for split, stored in (("train", "train"), ("val", "validation")):
+        folder = open_source(SourceRequest("", str(small_pairs), split))
+        shards = open_source(SourceRequest(f"{prefix}/store", str(out), stored))
+        assert shards.classes == folder.classes == ["bag", "sneaker", "t-shirt_top", "trouser"]
+        assert _label_lists(shards) == _label_lists(folder)
+        assert {len(classes) for classes in _label_lists(folder)} == {1, 2}
+
+
+@pytest.mark.cpu_only(reason="conversion and reading are host-side file work")
+def test_multi_label_shards_served_over_http_are_refused_in_one_line(small_pairs: Path, tmp_path: Path) -> None:
+    """A stream reads one class per image: multi-label shards say so, from their split info or, without one,
+    sample by sample, instead of training every image as class 0."""
+    from tests.data.readers.shard_server import serve
+    from vtools.data.readers.registry import SourceRequest, open_source
+    from vtools.data.readers.wds_stream import shard_samples
+    from vtools.errors import UsageError
+
+    out = tmp_path / "store"
+    assert run_script(["-m", "vtools", "shards", str(small_pairs), str(out), "--shard-size", "5"]).returncode == 0
+    with serve(out) as url:
+        with pytest.raises(UsageError, match="these shards are multi-label .* read one class per image"):
+            open_source(SourceRequest("wds/store", url, "train"))
+        streamed = [sample for _, sample in shard_samples(f"{url}/store-train-000000.tar", 0, ("png",), "cls", 5)]
+    assert [getattr(sample, "reason", "") for sample in streamed] == [
+        "a list of classes in .cls (multi-label), which a stream does not read"
+    ] * 5
+
+
+@pytest.mark.cpu_only(reason="conversion is host-side file work")
+def test_shards_of_splits_of_two_kinds_are_refused(small_pairs: Path, tmp_path: Path) -> None:
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(small_pairs / "train", mixed / "train")
+    (mixed / "val" / "bag").mkdir(parents=True)
+    shutil.copy(next((small_pairs / "val" / "images").glob("*.png")), mixed / "val" / "bag" / "a.png")
+    proc = run_script(["-m", "vtools", "shards", str(mixed), str(tmp_path / "out")])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "has a labels file (multi-label), so every split must" in proc.stderr
+    assert not (tmp_path / "out").exists()

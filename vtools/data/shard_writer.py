@@ -2,7 +2,10 @@
 
 Shards follow the layout timm reads (``<key>.jpg``/``.png``, ``<key>.cls``,
 ``<key>.json``) with timm's split-info file (``_info.json``) and the class names,
-so the readers need no further flags. ``max_side`` re-encodes images with their
+so the readers need no further flags. A multi-label folder (a split with
+``labels.csv`` or ``labels.json``) keeps its labels: each ``.cls`` holds the
+image's class list (``[1, 3]``, ``[]`` for none; a list even of one, so the
+split reads back as multi-label) and parquet gets a list-of-ClassLabel column. ``max_side`` re-encodes images with their
 longer side bounded (PNG stays PNG, the rest become JPEG): decoding full-size
 JPEGs is what limits a fast accelerator.
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 from PIL import Image
 
 from vtools.data.readers.folder import labelled_images, resolve_split_dir
+from vtools.data.readers.label_file import find_label_file, read_label_file
 from vtools.errors import UsageError
 from vtools.progress import progress
 
@@ -85,12 +89,40 @@ def _checked(results: Iterator[tuple[bytes, str] | str]) -> Iterator[tuple[bytes
         yield result
 
 
+Labels = list[int] | list[list[int]]  # one class per image, or each image's classes (multi-label)
+
+
+def _split_samples(folder: Path, class_map: dict[str, int], multi_label: bool, first: Path) -> tuple[list[str], Labels]:
+    """A split's image paths and labels, read as the readers read it: from its labels file, or its class
+    folders; every split of one output is of one kind."""
+    label_file = find_label_file(folder)
+    if (label_file is not None) != multi_label:
+        kind = "a labels file (multi-label)" if multi_label else "class folders"
+        raise UsageError(f"{folder} and {first} differ: {first} has {kind}, so every split must; convert them apart")
+    if label_file is not None:
+        samples, _ = read_label_file(label_file, class_map)
+        sets = samples.label_sets
+        return list(samples.paths), [sets.classes_of(index).tolist() for index in range(len(sets))]
+    found = labelled_images(folder, class_map)
+    if found.entries.unreadable:  # never opened: a FIFO would block the reader
+        index, reason = min(found.entries.unreadable.items())
+        raise UsageError(f"{found.entries.paths[index]}: cannot read image ({reason}); fix or remove it")
+    return list(found.entries.paths), found.labels.tolist()
+
+
+def _label_members(label: int | list[int], classes: list[str]) -> tuple[bytes, object, object]:
+    """A sample's ``.cls`` text and its JSON label and class name(s)."""
+    if isinstance(label, list):
+        return json.dumps(label).encode(), label, [classes[i] for i in label]
+    return str(label).encode(), label, classes[label]
+
+
 def _write_tar_split(
     out: Path,
     name: str,
     split: str,
     paths: list[str],
-    labels: list[int],
+    labels: Labels,
     classes: list[str],
     root: Path,
     shard_size: int,
@@ -111,10 +143,9 @@ def _write_tar_split(
             filenames.append(f"{name}-{split}-{len(filenames):06d}.tar")
             lengths.append(0)
             writer = TarWriter(str(out / filenames[-1]))
-        meta = {"filename": os.path.relpath(path, root), "label": label, "class_name": classes[label]}
-        writer.write(
-            {"__key__": f"{index:09d}", extension: data, "cls": str(label).encode(), "json": json.dumps(meta).encode()}
-        )
+        cls, json_label, class_name = _label_members(label, classes)
+        meta = {"filename": os.path.relpath(path, root), "label": json_label, "class_name": class_name}
+        writer.write({"__key__": f"{index:09d}", extension: data, "cls": cls, "json": json.dumps(meta).encode()})
         lengths[-1] += 1
     if writer is not None:
         writer.close()
@@ -122,12 +153,16 @@ def _write_tar_split(
 
 
 def _write_parquet_split(
-    out: Path, split: str, paths: list[str], labels: list[int], classes: list[str], max_side: int | None, workers: int
+    out: Path, split: str, paths: list[str], labels: Labels, classes: list[str], max_side: int | None, workers: int
 ) -> None:
     from vtools.data.readers.hfds import datasets_module
 
     datasets = datasets_module("--format parquet")
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    label = datasets.ClassLabel(names=classes)
+    multi_label = bool(labels) and isinstance(labels[0], list)
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.Sequence(label) if multi_label else label}
+    )
     images = [
         {"bytes": data, "path": os.path.basename(path)}
         for path, (data, _) in zip(
@@ -155,18 +190,17 @@ def convert(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} already exists and is not empty: choose another output folder")
     splits = _splits(source, split)
-    classes = labelled_images(next(iter(splits.values()))).classes
+    first = next(iter(splits.values()))
+    first_labels = find_label_file(first)
+    multi_label = first_labels is not None
+    classes = read_label_file(first_labels)[1] if first_labels is not None else labelled_images(first).classes
     class_map = {c: i for i, c in enumerate(classes)}
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     partial.mkdir(parents=True)
     try:
-        info = {"name": name, "classes": classes, "splits": {}}
+        info = {"name": name, "classes": classes, "multi_label": multi_label, "splits": {}}
         for split_name, folder in splits.items():
-            found = labelled_images(folder, class_map)
-            if found.entries.unreadable:  # never opened: a FIFO would block the reader
-                index, reason = min(found.entries.unreadable.items())
-                raise UsageError(f"{found.entries.paths[index]}: cannot read image ({reason}); fix or remove it")
-            paths, labels = list(found.entries.paths), found.labels.tolist()
+            paths, labels = _split_samples(folder, class_map, multi_label, first)
             if fmt == "wds":
                 info["splits"][split_name] = _write_tar_split(
                     partial, name, split_name, paths, labels, classes, folder, shard_size, max_side, workers

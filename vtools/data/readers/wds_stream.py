@@ -156,6 +156,12 @@ def open_stream_split(root: str, split: str) -> StreamSplit:
     urls = [_join(root if is_stream(root) else "", name) for name in names]
     if not urls:
         raise UsageError(f"split {split!r}: the pattern names no shards")
+    if info.get("multi_label"):
+        raise UsageError(
+            f"{info_from}: these shards are multi-label (each image a list of classes), and shards streamed from "
+            "a server read one class per image; copy them to a local folder and read them by index there "
+            "(--dataset wds/NAME --data-dir FOLDER)"
+        )
     classes = info.get("classes") or None
     basenames = [_shard_name(name) for name in names]
     if all(name in lengths for name in basenames):
@@ -382,11 +388,16 @@ def _raw(
     label = None
     for member in (label_key, "json") if label_key == "cls" else (label_key,):
         if member in members:
+            text = ""
             try:
                 text = members[member].decode("utf-8")
                 label = int(text.strip()) if member == "cls" else int(json.loads(text)["label"])
                 break
             except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                if _lists_classes(member, text):
+                    return BadSample(
+                        name, f"a list of classes in .{member} (multi-label), which a stream does not read"
+                    )
                 continue
     if label is None:
         return BadSample(name, f"no label (.{label_key}) in the sample")
@@ -394,6 +405,17 @@ def _raw(
     if outside:
         return BadSample(name, outside)
     return RawSample(bytes(image), label, name)
+
+
+def _lists_classes(member: str, text: str) -> bool:
+    """Whether a label member holds a class list (a multi-label sample) rather than no label."""
+    if member == "cls":
+        return text.lstrip().startswith("[") or "," in text
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(meta, list) or (isinstance(meta, dict) and isinstance(meta.get("label"), list))
 
 
 def worker_samples(
