@@ -254,8 +254,45 @@ def test_compare_reports_class_by_class(tmp_path: Path, capsys: pytest.CaptureFi
         assert float(rows[name]["delta top1 run_after"] or 0) == pytest.approx(expected, abs=0.01), name
     gains = sorted(((after.per_class[i]["top1"] - before.per_class[i]["top1"], c) for i, c in enumerate(classes)))
     text = capsys.readouterr().out
-    assert f"B against A: improved {gains[-1][1]} +" in text and {gains[-1][1], gains[-2][1]} == {"c3", "c7"}
+    assert f"B against A, by top1: improved {gains[-1][1]} +" in text and {gains[-1][1], gains[-2][1]} == {"c3", "c7"}
     assert "worsened none" in text
+
+
+@pytest.mark.cpu_only(reason="compares files")
+def test_compare_multi_label_reports_by_map_and_ap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Multi-label reports compare by their own figures: mAP rows, per-class AP and F1 deltas (AP against
+    scikit-learn's), and the classes ranked by AP; a single-label report beside them is refused."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    from vtools.commands.compare import main
+    from vtools.errors import UsageError
+    from vtools.evaluation.multilabel_eval import write_multilabel_report
+    from vtools.evaluation.multilabel_metrics import multilabel_report
+
+    rng = np.random.default_rng(0)
+    names = ["cat", "dog", "owl", "fox"]
+    targets = (rng.random((60, 4)) < 0.4).astype(np.uint8)
+    before = rng.random((60, 4))
+    after = before.copy()
+    after[:, 1] = 0.05 + 0.9 * targets[:, 1]  # dog ranked perfectly
+    for folder, scores in (("a", before), ("b", after)):
+        write_multilabel_report(tmp_path / folder, multilabel_report(scores, targets, 0.5, names), {"epoch": 0})
+    out = tmp_path / "changes.csv"
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "map_macro" in text and "top1" not in text
+    rows = {row["class"]: row for row in csv.DictReader(out.open(newline=""))}
+    gain = 100 * (
+        average_precision_score(targets[:, 1], after[:, 1]) - average_precision_score(targets[:, 1], before[:, 1])
+    )
+    assert float(rows["dog"]["delta ap b"]) == pytest.approx(gain, abs=0.01) and gain > 10
+    assert f"B against A, by ap: improved dog +{gain:.2f}; worsened none" in text
+    logits, labels = logits_and_targets(seed=4)
+    single = build_report(collect(logits, labels, torch.device("cpu")), [f"c{i}" for i in range(NUM_CLASSES)])
+    write_report(tmp_path / "single", single)
+    with pytest.raises(UsageError, match="is a single-label report and .*/b a multi-label one"):
+        main([str(tmp_path / "single"), str(tmp_path / "b")])
 
 
 @pytest.mark.cpu_only(reason="compares files")

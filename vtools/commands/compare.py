@@ -17,7 +17,14 @@ from pathlib import Path
 
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
-from vtools.evaluation.report_compare import class_rows, load_reports, movers, overall_rows, report_inputs
+from vtools.evaluation.report_compare import (
+    class_rows,
+    load_reports,
+    movers,
+    overall_rows,
+    report_inputs,
+    report_kind,
+)
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 
@@ -59,10 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = class_rows(short)
     print()
     print(format_table(rows))
+    score = report_kind(reports).ranked_by
     for report in short[1:]:
-        better, worse = movers(rows, report.label, args.top)
+        better, worse = movers(rows, report.label, args.top, score)
         print(
-            f"\n{report.label} against A: improved {', '.join(better) or 'none'}; worsened {', '.join(worse) or 'none'}"
+            f"\n{report.label} against A, by {score}: improved {', '.join(better) or 'none'}; "
+            f"worsened {', '.join(worse) or 'none'}"
         )
     rows = class_rows(reports)  # the file's columns name the reports in full
     if args.output:

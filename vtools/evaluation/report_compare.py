@@ -3,6 +3,8 @@
 Before and after fine-tuning, an npu against a cpu on the same weights, two
 checkpoints: classes are matched by name, every report is set against the
 first, and a delta is that report's score minus the first's (in points).
+Single-label reports are compared by top-1 and F1; multi-label ones (whose
+overall.csv holds mAP) by mAP, AP and F1; the two kinds are not compared.
 """
 
 from __future__ import annotations
@@ -15,8 +17,29 @@ from typing import Any
 from vtools.errors import UsageError
 from vtools.evaluation.report_files import OVERALL, PER_CLASS, read_table, report_folder
 
-OVERALL_KEYS = ("samples", "top1", "top5", "macro_f1_score", "weighted_f1_score", "ece")
-CLASS_SCORES = ("top1", "f1")
+
+@dataclass(frozen=True)
+class ReportKind:
+    """What a kind of class report is compared by: its headline figures, its per-class scores, and the score
+    that ranks the classes that improved and worsened."""
+
+    name: str
+    overall_keys: tuple[str, ...]
+    class_scores: tuple[str, ...]
+
+    @property
+    def ranked_by(self) -> str:
+        return self.class_scores[0]
+
+
+SINGLE_LABEL = ReportKind(
+    "single-label", ("samples", "top1", "top5", "macro_f1_score", "weighted_f1_score", "ece"), ("top1", "f1")
+)
+MULTI_LABEL = ReportKind(
+    "multi-label",
+    ("samples", "map_macro", "map_micro", "macro_f1_score", "micro_f1_score", "macro_precision", "macro_recall"),
+    ("ap", "f1"),
+)
 
 
 @dataclass(frozen=True)
@@ -35,11 +58,30 @@ def load_reports(paths: Sequence[str]) -> list[LoadedReport]:
     reports = []
     for label, folder in zip(labels, folders):
         rows = read_table(folder / PER_CLASS, columns=("class",))
-        reports.append(LoadedReport(label, folder, read_table(folder / OVERALL)[0], {r["class"]: r for r in rows}))
+        overall = read_table(folder / OVERALL)
+        if not overall:
+            raise UsageError(f"{folder / OVERALL}: no row (a class report's overall.csv holds one)")
+        reports.append(LoadedReport(label, folder, overall[0], {r["class"]: r for r in rows}))
+    kinds = [_kind_of(report) for report in reports]
+    other = next(((path, kind) for path, kind in zip(paths, kinds) if kind != kinds[0]), None)
+    if other is not None:
+        raise UsageError(
+            f"{paths[0]} is a {kinds[0].name} report and {other[0]} a {other[1].name} one: their scores do not "
+            "compare; compare reports of one kind"
+        )
     shared = set(reports[0].classes).intersection(*(r.classes for r in reports[1:]))
     if not shared:
         raise UsageError(f"{paths[0]} and the other reports share no class name: nothing to compare")
     return reports
+
+
+def report_kind(reports: Sequence[LoadedReport]) -> ReportKind:
+    """The kind of the (loaded, so alike) reports."""
+    return _kind_of(reports[0])
+
+
+def _kind_of(report: LoadedReport) -> ReportKind:
+    return MULTI_LABEL if "map_macro" in report.overall else SINGLE_LABEL
 
 
 def report_inputs(paths: Sequence[str]) -> list[tuple[str, Path]]:
@@ -55,7 +97,7 @@ def _name(folder: Path) -> str:
 def overall_rows(reports: Sequence[LoadedReport]) -> list[dict[str, Any]]:
     """One row per headline figure, one column per report, then each later report's delta to the first."""
     rows = []
-    for key in OVERALL_KEYS:
+    for key in report_kind(reports).overall_keys:
         values = [_number(report.overall.get(key)) for report in reports]
         row: dict[str, Any] = {"metric": key}
         row.update({report.label: value for report, value in zip(reports, values)})
@@ -66,14 +108,14 @@ def overall_rows(reports: Sequence[LoadedReport]) -> list[dict[str, Any]]:
 
 
 def class_rows(reports: Sequence[LoadedReport]) -> list[dict[str, Any]]:
-    """Per class (the first report's order, then classes only later ones have): support, and top-1 and F1
-    in each report with their deltas to the first."""
+    """Per class (the first report's order, then classes only later ones have): support, and the kind's
+    scores (top-1 and F1; AP and F1) in each report with their deltas to the first."""
     order = list(reports[0].classes)
     order += [name for report in reports[1:] for name in report.classes if name not in order]
     rows = []
     for name in order:
         row: dict[str, Any] = {"class": name, "support": _number(_field(reports[0], name, "support"))}
-        for score in CLASS_SCORES:
+        for score in report_kind(reports).class_scores:
             values = [_number(_field(report, name, score)) for report in reports]
             row.update({f"{score} {report.label}": value for report, value in zip(reports, values)})
             for report, value in zip(reports[1:], values[1:]):
@@ -82,9 +124,10 @@ def class_rows(reports: Sequence[LoadedReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def movers(rows: Sequence[dict[str, Any]], label: str, top: int) -> tuple[list[str], list[str]]:
-    """The ``top`` classes whose top-1 rose most and fell most in report ``label``, as 'name +x.xx'."""
-    key = f"delta top1 {label}"
+def movers(rows: Sequence[dict[str, Any]], label: str, top: int, score: str) -> tuple[list[str], list[str]]:
+    """The ``top`` classes whose ``score`` (the kind's ranking score) rose most and fell most in report
+    ``label``, as 'name +x.xx'."""
+    key = f"delta {score} {label}"
     changed = [(row[key], row["class"]) for row in rows if row.get(key) not in (None, 0.0)]
     better = sorted((c for c in changed if c[0] > 0), key=lambda c: (-c[0], c[1]))[:top]
     worse = sorted((c for c in changed if c[0] < 0), key=lambda c: (c[0], c[1]))[:top]
