@@ -157,3 +157,36 @@ def test_plot_draws_one_run_into_its_own_picture(tmp_path: Path, monkeypatch: py
     assert plot.main([str(run)]) == 0
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "work" / "curves.png").read_text() == "someone else's file"
+
+
+# ---------------------------------------------------------------- a run folder's files are that run's
+
+
+def _run_folder(root: Path, *files: str) -> Path:
+    """A run folder as train.py leaves it: the files, and its ledger naming them."""
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    (root / ".vtools-run.lock").write_text("\n".join(["123", *files]) + "\n")
+    return root
+
+
+@pytest.mark.cpu_only(reason="paths only")
+def test_another_runs_files_are_refused_and_a_runs_own_readers_may_write_beside_them(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path / "runs" / "A", "summary.csv", "model/model.safetensors", "eval/per_class.csv")
+    b = _run_folder(tmp_path / "runs" / "B", "summary.csv", "model/model.safetensors")
+    reads_a = [("the model's model.safetensors", a / "model" / "model.safetensors")]
+    for target, words in (
+        (b / "summary.csv", f"would replace summary.csv of the run {b}"),
+        (b / "model" / "model.safetensors", f"would replace model/model.safetensors of the run {b}"),
+        (a / "eval" / "per_class.csv", f"would replace eval/per_class.csv of the run {a}"),  # even its own reader
+        (b / "results.csv", f"is inside the run folder {b}, which this command does not read"),
+    ):
+        with pytest.raises(UsageError, match=re.escape(words)):
+            check_outputs(reads_a, [Output("--results-file", target)])
+        assert not target.exists() or target.read_text() != ""
+    check_outputs(reads_a, [Output("--results-file", a / "results.csv")])  # beside what it reads: allowed
+    check_outputs(reads_a, [Output("the run's picture", a / "summary.csv", refreshes_run_file=True)])
+    (b / ".vtools-run.lock").write_bytes(b"\xff\xfenot a ledger")  # damaged: every file there may be the run's
+    with pytest.raises(UsageError, match="would replace summary.csv of the run"):
+        check_outputs([("the model", b / "model" / "model.safetensors")], [Output("--output", b / "summary.csv")])

@@ -6,6 +6,12 @@ split would become a class), or that another output also names (two models' resu
 the command in one line naming both. Paths are compared as the real paths they resolve to, so a symlink
 or a ``..`` does not hide a clash.
 
+A run folder (one that holds a training run's ledger, vtools/run_ledger.py) belongs to its run: an output
+that would replace a file the ledger lists is refused (unless the output is that very file brought up to
+date, as ``vtools plot`` redraws a run's curves.png), and so is any output inside a run folder that the
+command does not read from. validate.py's results beside the model it validates stay allowed; its results
+over another run's summary.csv do not.
+
 Then each output's folder is proven writable by writing a file there and removing it: ``os.access``
 answers yes to root everywhere, even under /proc. Folders made for the proof are removed again, so a
 refused command leaves nothing behind; the results themselves are written atomically (vtools/atomic.py).
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vtools.errors import UsageError
+from vtools.run_ledger import LOCK_NAME, DamagedLock, read_ledger
 
 Input = tuple[str, "str | os.PathLike | None"]  # (what it is, e.g. "the data"; its path): None is skipped
 
@@ -32,6 +39,7 @@ class Output:
     what: str
     path: Path
     files: tuple[str, ...] | None = None
+    refreshes_run_file: bool = False  # the run's own file, redrawn from the run (vtools plot's curves.png)
 
     @property
     def folder(self) -> Path:
@@ -42,10 +50,49 @@ class Output:
 
 
 def check_outputs(inputs: Iterable[Input], outputs: Sequence[Output]) -> None:
-    """:func:`check_apart`, then prove that every output's folder takes a file."""
+    """:func:`check_apart`, :func:`check_run_folders`, then prove that every output's folder takes a file."""
+    inputs = list(inputs)
     check_apart(inputs, outputs)
+    check_run_folders(inputs, outputs)
     for output in outputs:
         prove_writable(output)
+
+
+def check_run_folders(inputs: Iterable[Input], outputs: Sequence[Output]) -> None:
+    """Refuse an output that replaces a file a run's ledger lists, or lands in a run folder the command does
+    not read (see the module). Not for train.py itself, which holds its folder's lock: reading the ledger
+    through another handle would drop that lock."""
+    read_runs = {run for _, path in inputs if path for run in [_run_folder(_real(Path(path)))] if run is not None}
+    for output in outputs:
+        for written in output.written():
+            place = _real(written)
+            run = _run_folder(place)
+            if run is None:
+                continue
+            try:
+                listed = set(read_ledger(run))
+            except DamagedLock:
+                listed = None  # which files the run wrote cannot be told: every existing one may be its
+            relative = place.relative_to(run).as_posix()
+            replaces = place.exists() if listed is None else relative in listed
+            if replaces and not output.refreshes_run_file:
+                raise UsageError(
+                    f"{output.what} {output.path} would replace {relative} of the run {run} (a file that run wrote "
+                    "and reads back): write it elsewhere"
+                )
+            if run not in read_runs:
+                raise UsageError(
+                    f"{output.what} {output.path} is inside the run folder {run}, which this command does not "
+                    "read: a run's folder holds that run's files; write it elsewhere"
+                )
+
+
+def _run_folder(path: Path) -> Path | None:
+    """The innermost folder at or above ``path`` that holds a run's ledger."""
+    for folder in (path, *path.parents):
+        if (folder / LOCK_NAME).is_file():
+            return folder
+    return None
 
 
 def check_apart(inputs: Iterable[Input], outputs: Sequence[Output]) -> None:

@@ -15,7 +15,15 @@ pytestmark = pytest.mark.cpu_only(reason="reads source files and imports modules
 
 # lowest first; a module may import its own layer and the layers before it (vtools/__init__.py says why)
 LAYERS = (
-    ("vtools.errors", "vtools.optional", "vtools.progress", "vtools.atomic", "vtools.outputs", "vtools.results"),
+    (
+        "vtools.errors",
+        "vtools.optional",
+        "vtools.progress",
+        "vtools.atomic",
+        "vtools.run_ledger",
+        "vtools.outputs",
+        "vtools.results",
+    ),
     ("vtools.runtime",),
     ("vtools.cli",),
     ("vtools.models",),

@@ -414,6 +414,18 @@ def _model_intact(tmp: Path, custom_model_dir: Path) -> None:
     }
 
 
+def _ledgered(relative: str, files: dict[str, str]) -> Callable[[Path], None]:
+    """A run folder at {tmp}/<relative> as train.py leaves it: ``files`` and its ledger naming them."""
+
+    def setup(tmp: Path) -> None:
+        for name, text in files.items():
+            (tmp / relative / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / relative / name).write_text(text)
+        (tmp / relative / ".vtools-run.lock").write_text("\n".join(["1", *files]) + "\n")
+
+    return setup
+
+
 def _images_copy(tmp: Path, custom_images: Path) -> None:
     """custom_images at {tmp}/imgs (3 class folders), with {tmp}/link a symlink to it."""
     shutil.copytree(custom_images, tmp / "imgs")
@@ -1670,6 +1682,51 @@ ROWS = [
         2,
         ["{tmp}/b/per_class.csv: not a CSV table of a class report (no column class)"],
         files={**REPORT_FILES, "b/per_class.csv": "name,top1\ncat,100.0\n"},
+    ),
+    # a run folder's files are that run's: another command's output never replaces them
+    Row(
+        "compare-output-is-another-runs-weights",
+        ["-m", "vtools", "compare", "{tmp}/a", "{tmp}/runs/B", "--output", "{tmp}/runs/B/model/model.safetensors"],
+        2,
+        ["--output {tmp}/runs/B/model/model.safetensors would replace model/model.safetensors of the run {tmp}/runs/B"],
+        files={"a/overall.csv": REPORT_FILES["a/overall.csv"], "a/per_class.csv": REPORT_FILES["a/per_class.csv"]},
+        setup=_ledgered(
+            "runs/B",
+            {"model/model.safetensors": "weights", "eval/overall.csv": REPORT_FILES["a/overall.csv"]}
+            | {"eval/per_class.csv": REPORT_FILES["a/per_class.csv"]},
+        ),
+        checks=(_intact("runs/B/model/model.safetensors", "weights"),),
+    ),
+    Row(
+        "plot-output-is-the-runs-class-report",
+        ["-m", "vtools", "plot", "{tmp}/run", "-o", "{tmp}/run/eval/per_class.csv"],
+        2,
+        ["--output {tmp}/run/eval/per_class.csv would replace eval/per_class.csv of the run {tmp}/run"],
+        setup=_ledgered("run", {"summary.csv": SUMMARY, "eval/per_class.csv": "class,top1\n"}),
+        checks=(_intact("run/eval/per_class.csv", "class,top1\n"),),
+    ),
+    Row(
+        "validate-results-file-is-another-runs-summary",
+        [
+            "validate.py",
+            "{custom_images}",
+            "--model",
+            "{custom_model_dir}",
+            "--results-file",
+            "{tmp}/runs/B/summary.csv",
+        ],
+        2,
+        ["--results-file {tmp}/runs/B/summary.csv would replace summary.csv of the run {tmp}/runs/B"],
+        setup=_ledgered("runs/B", {"summary.csv": SUMMARY}),
+        checks=(_intact("runs/B/summary.csv", SUMMARY),),
+    ),
+    Row(
+        "validate-results-file-in-another-runs-folder",
+        ["validate.py", "{custom_images}", "--model", "{custom_model_dir}", "--results-file", "{tmp}/runs/B/mine.csv"],
+        2,
+        ["--results-file {tmp}/runs/B/mine.csv is inside the run folder {tmp}/runs/B, which this command does"],
+        setup=_ledgered("runs/B", {"summary.csv": SUMMARY}),
+        checks=(_absent("runs/B/mine.csv"),),
     ),
     Row(
         "plot-output-is-the-runs-summary",

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         read_summary_rows(run)  # every input checked before anything is drawn
     out = Path(args.output) if args.output else own_picture(runs)
     inputs = [read for run in runs for read in run_files(run)]
-    check_outputs(inputs, [Output("--output" if args.output else "the run's picture", out)])
+    own = not args.output  # one run's curves.png, redrawn from its summary: the run's file, brought up to date
+    check_outputs(inputs, [Output("--output" if args.output else "the run's picture", out, refreshes_run_file=own)])
     print(f"curves of {len(runs)} run(s) written to {plot_runs(runs, out)}")
     sys.stdout.flush()
     return 0

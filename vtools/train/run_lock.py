@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,8 +26,7 @@ from typing import IO
 
 from vtools.atomic import remove_stale_temporaries
 from vtools.errors import UsageError
-
-LOCK_NAME = ".vtools-run.lock"
+from vtools.run_ledger import LOCK_NAME, PID, DamagedLock, ledger_lines, read_ledger
 
 
 def reserve_new_folder(output: Path, name: str) -> Path:
@@ -45,48 +43,11 @@ def reserve_new_folder(output: Path, name: str) -> Path:
     raise UsageError(f"--output {output}: could not find a free run folder name for {name}")
 
 
-class DamagedLock(UsageError):
-    """A lock file that is not the pid and file list a vtools run writes: its ledger is lost."""
-
-    def __init__(self, folder: Path) -> None:
-        super().__init__(
-            f"{folder / LOCK_NAME} is damaged (not the process id and file list a vtools run writes there), so "
-            f"vtools cannot tell which files in {folder} a run wrote: give this run another --experiment, or, if "
-            "no training run is using that folder, delete the file and continue the run with --resume auto"
-        )
-
-
-def read_ledger(folder: Path) -> list[str]:
-    """The files (relative to ``folder``) that vtools runs wrote there, as their ledger lists them (raises
-    :class:`DamagedLock` for a lock file vtools did not write). Never call it while this process holds
-    the folder's lock: closing any handle of the lock file drops a POSIX lock (the claim reads its
-    ledger through the handle that holds the lock)."""
-    try:
-        with open(folder / LOCK_NAME, encoding="utf-8", errors="surrogateescape") as handle:
-            return _ledger_lines(handle, folder)
-    except OSError:
-        return []
-
-
-def _ledger_lines(handle: IO[str], folder: Path) -> list[str]:
-    """The ledger after the pid line. A lock vtools wrote is empty or starts with a pid, and names files
-    in printable text; anything else (random bytes, another program's file) is :class:`DamagedLock`."""
-    handle.seek(0)
-    lines = handle.read().splitlines()
-    names = [line.strip() for line in lines[1:] if line.strip()]
-    if lines and not (_PID.fullmatch(lines[0].strip()) and all(name.isprintable() for name in names)):
-        raise DamagedLock(folder)
-    return names
-
-
-_PID = re.compile(r"[0-9]+", re.ASCII)
-
-
 def _pid_line(handle: IO[str]) -> str:
     """The holder's pid as its lock file says, or "unknown"."""
     handle.seek(0)
     first = handle.readline().strip()
-    return first if _PID.fullmatch(first) else "unknown"
+    return first if PID.fullmatch(first) else "unknown"
 
 
 def holds_ended_run(folder: Path) -> bool:
@@ -131,7 +92,7 @@ class FolderClaim:
         self._handle = handle
         self.made_folder = made_folder
         self.made: list[Path] = [folder / LOCK_NAME] if made_lock else []
-        self.ledger = set(_ledger_lines(handle, folder)) if handle is not None else set()
+        self.ledger = set(ledger_lines(handle, folder)) if handle is not None else set()
         self.keep = False  # set once a checkpoint is written: from then on nothing is removed
         self._guard = threading.Lock()  # the checkpoint writer records from its own thread
 
