@@ -119,6 +119,11 @@ def test_missing_master_address_is_one_line(launch_env: dict[str, str], missing:
         ({"SLURM_PROCID": "5"}, "SLURM_PROCID=5 is not below SLURM_NTASKS=2 (ranks run from 0 to 1)"),
         ({"SLURM_PROCID": "2"}, "SLURM_PROCID=2 is not below SLURM_NTASKS=2"),
         ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 is not below SLURM_NTASKS=2"),
+        # one task whose rank is 1: as wrong as 5 of 2 (it once ran as a plain single process)
+        (
+            {"SLURM_PROCID": "1", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"},
+            "SLURM_PROCID=1 is not below SLURM_NTASKS=1",
+        ),
         ({"PMI_SIZE": "x"}, "PMI_SIZE='x' is not a whole number"),  # read before SLURM_NTASKS, as timm does
     ],
 )

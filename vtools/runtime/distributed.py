@@ -88,15 +88,15 @@ def srun_tasks() -> tuple[int, int, int] | None:
         for role, names in LAUNCH_VARIABLES.items()
     }
     local_rank, rank, world_size = world_info_from_env()
-    if world_size <= 1:
-        return None
-    for role, value in (("rank", rank), ("local_rank", local_rank)):
-        if used[role] is not None and value >= world_size:
+    for role, value in (("rank", rank), ("local_rank", local_rank)):  # one task of one too: SLURM_PROCID=1 of 1
+        if used[role] is not None and used["world_size"] is not None and value >= world_size:
             raise UsageError(
                 f"{used[role]}={value} is not below {used['world_size']}={world_size} (ranks run from 0 to "
                 f"{world_size - 1}): this process would wait forever for ranks that do not exist; these variables "
                 "come from srun: start the script through srun rather than setting them by hand"
             )
+    if world_size <= 1:
+        return None
     return rank, world_size, local_rank
 
 
