@@ -216,7 +216,8 @@ def test_offline_run_and_its_resume_hold_what_the_run_wrote_and_printed(
 @pytest.mark.cpu_only(reason="reading timm's W&B keys is host-side; the tracker on every device: the test above")
 def test_timms_args_yaml_with_log_wandb_runs_unchanged(fashion4: Path, tmp_path: Path) -> None:
     """timm's args.yaml with ``log_wandb: true`` and ``wandb_project`` (and timm's other W&B keys at their
-    defaults) trains and logs to that project."""
+    defaults) trains and logs to that project; with the user's WANDB_DIR (a cluster's scratch space) W&B's
+    files go there, not into the run folder."""
     from tests.timm_reference import timm_args_yaml
 
     recipe = "--model test_resnet --img-size 32 --epochs 1 -b 32 --workers 1 --warmup-epochs 0".split()
@@ -225,12 +226,14 @@ def test_timms_args_yaml_with_log_wandb_runs_unchanged(fashion4: Path, tmp_path:
     timm_values = yaml.safe_load(args_yaml.read_text(encoding="utf-8"))
     assert timm_values["log_wandb"] is True and timm_values["wandb_project"] == "someproject"
     assert timm_values["wandb_tags"] == [] and timm_values["wandb_resume_id"] == ""
-    env = offline_env(tmp_path)
+    env = offline_env(tmp_path) | {"WANDB_DIR": str(tmp_path / "scratch")}
     given = ["--device", "cpu", "--data-dir", str(fashion4), "--output", str(tmp_path / "out"), "--experiment", "run"]
     proc = run_script(["train.py", "-c", str(args_yaml), *given], env=env)
     assert_tracked_cleanly(proc, "someproject")
     folder = tmp_path / "out" / "run"
-    [offline] = offline_runs(folder)
+    assert f"files in {tmp_path / 'scratch' / 'wandb'})" in proc.stdout
+    assert not (folder / "wandb").exists() and "wandb/" not in proc.stdout.splitlines()[-1]
+    [offline] = offline_runs(tmp_path / "scratch")
     records = wandb_records(offline, env)
     [run] = of_type(records, "run")
     assert (run["project"], run["display_name"]) == ("someproject", "run")

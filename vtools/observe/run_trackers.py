@@ -12,7 +12,7 @@ from typing import Any
 
 from vtools.observe.mlflow_tracker import MlflowTracker, MlflowValidation
 from vtools.observe.tracking import START_SECONDS, TrackedRun, Tracker, Trackers, tracking_id
-from vtools.observe.wandb_tracker import WANDB_FOLDER, WandbTracker
+from vtools.observe.wandb_tracker import WANDB_FOLDER, WandbTracker, files_folder
 from vtools.train.job import TrainJob
 from vtools.train.run_lock import FolderClaim
 
@@ -45,7 +45,8 @@ def training_trackers(
     start_seconds = min(start_seconds, job.distributed.dist_timeout / 4)  # the other ranks wait for rank 0
     trackers: list[Tracker] = []
     if logging.log_wandb:
-        claim.wrote(folder / WANDB_FOLDER, created=not (folder / WANDB_FOLDER).exists())
+        if files_folder(folder) == folder / WANDB_FOLDER:  # else WANDB_DIR's: not the run's to list or clean
+            claim.wrote(folder / WANDB_FOLDER, created=not (folder / WANDB_FOLDER).exists())
         project, tags, resume_id = logging.wandb_project, logging.wandb_tags, logging.wandb_resume_id
         trackers.append(WandbTracker(run, project, tags, resume_id, start_seconds))
     if logging.log_mlflow is not None:

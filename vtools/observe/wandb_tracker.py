@@ -7,7 +7,8 @@ and data wait (x axis ``num_updates``), the best epoch's per-class table, and th
 resumes that W&B run, and fails the tracker, not the run, when W&B has no such run). Without it, the run
 folder's tracking id is the W&B run id, so ``--resume`` continues the same W&B run.
 
-W&B's run files go to ``<run>/wandb``; with ``WANDB_MODE=offline`` nothing leaves the machine, and ``wandb
+W&B's run files go to ``<run>/wandb``, or to ``$WANDB_DIR/wandb`` where the user set ``WANDB_DIR`` (clusters
+point it at scratch space); with ``WANDB_MODE=offline`` nothing leaves the machine, and ``wandb
 sync <run>/wandb/offline-run-*`` uploads them later, from this machine: W&B keeps its logs and the staged
 copy of the per-class table in its own user folders (``WANDB_DATA_DIR``, ``~/.cache/wandb``). The start is
 bounded by W&B's own ``init_timeout``, and the tracker runs on its own thread (vtools/observe/tracking.py).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import os
+from pathlib import Path
 from typing import Any
 
 from vtools.evaluation.report_files import PER_CLASS
@@ -25,6 +27,12 @@ from vtools.train.loop import LogPoint
 
 WANDB_FOLDER = "wandb"  # W&B makes it inside the folder it is given
 RESOLVED_KEY = "run"  # the config's entry for the run's model, data and device as resolved (npu:0, the folder)
+
+
+def files_folder(run_folder: Path) -> Path:
+    """Where W&B writes this run's files: ``$WANDB_DIR/wandb`` when the user chose a place, else the run's."""
+    chosen = os.environ.get("WANDB_DIR", "").strip()
+    return (Path(chosen).expanduser() if chosen else run_folder) / WANDB_FOLDER
 
 
 class WandbTracker:
@@ -39,9 +47,8 @@ class WandbTracker:
         self.start_seconds = start_seconds
         self.run: Any = None
         mode = os.environ.get("WANDB_MODE", "online")
-        self.where = (
-            f"{mode}, project {project or 'uncategorized'}, run {self.run_id}, files in {run.folder / WANDB_FOLDER}"
-        )
+        self.files = files_folder(run.folder)
+        self.where = f"{mode}, project {project or 'uncategorized'}, run {self.run_id}, files in {self.files}"
 
     def start(self) -> None:
         wandb = tracker_package("wandb")
@@ -51,7 +58,7 @@ class WandbTracker:
             name=self.run_info.name,
             id=self.run_id,
             resume="must" if self.must_resume else "allow",
-            dir=str(self.run_info.folder),
+            dir=str(self.files.parent),
             tags=self.tags or None,
             settings=settings,
         )
