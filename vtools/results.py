@@ -81,6 +81,9 @@ def _short(value: Any) -> str:
     if value is None:  # a value that is not there: the csv's empty cell, NaN to pandas
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}".rstrip("0").rstrip(".")
+        if not math.isfinite(value) or 0 < abs(value) < 1e-3:
+            return f"{value:.4g}"
+        whole, _, decimals = f"{value:.4f}".partition(".")
+        return f"{whole}.{decimals.rstrip('0').ljust(2, '0')}"  # 85.00, not 85: a score never reads as a count
     text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."

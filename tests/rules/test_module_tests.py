@@ -22,7 +22,6 @@ TESTED_ELSEWHERE = {
     "vtools/errors.py": "the error classes: tests/scripts/test_one_line_errors.py is the table of their lines",
     "vtools/optional.py": "two lines of import guarding; every optional-extra test goes through it",
     "vtools/progress.py": "tqdm settings; the scripts' progress lines are checked in tests/scripts/",
-    "vtools/results.py": "result tables: tests/scripts/test_validate.py and test_inference.py read them with pandas",
     "vtools/run_ledger.py": "the ledger: tests/test_outputs.py (other runs' files), tests/scripts/test_run_safety.py",
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
