@@ -233,6 +233,9 @@ def test_validate_onnx_equals_pytorch(device_type: str, exported_folder: Path, f
     for key in ("top1", "top5"):
         assert rows["onnx"][key] == rows["torch"][key], key
     assert rows["onnx"]["loss"] == pytest.approx(rows["torch"]["loss"], abs=1e-4)
+    # the graph's weights, as torch counts its parameters (an .onnx row once said 0)
+    assert rows["onnx"]["param_count"] == pytest.approx(rows["torch"]["param_count"], rel=0.05)
+    assert rows["onnx"]["param_count"] > 0
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)

@@ -69,7 +69,7 @@ class EvalModel:
     module: torch.nn.Module  # after ready(): pooled, cast, laid out and compiled
     data_config: dict[str, Any]
     channels_last: bool
-    param_count: int
+    param_count: int | None  # None: an ONNX file read without the onnx package
     plain: torch.nn.Module  # as created: what the activation memory is measured on
 
     @classmethod

@@ -287,7 +287,7 @@ def pass_columns(
     speed, and where it ran."""
     data_config = model.data_config
     return {
-        "param_count": round(model.param_count / 1e6, 2),
+        "param_count": round(model.param_count / 1e6, 2) if model.param_count is not None else None,
         "img_size": data_config["input_size"][-1],
         "crop_pct": data_config["crop_pct"],
         "interpolation": data_config["interpolation"],

@@ -32,9 +32,10 @@ def is_onnx(name: str) -> bool:
 class OnnxModel(torch.nn.Module):
     """Logits from an onnxruntime session, on the device the input came from."""
 
-    def __init__(self, path: Path, session: Any, config: dict[str, Any]) -> None:
+    def __init__(self, path: Path, session: Any, config: dict[str, Any], param_count: int | None = None) -> None:
         super().__init__()
         self.path = path
+        self.param_count = param_count  # the graph's weights (torch sees none: they live in the file)
         self.session = session
         self.input_name = session.get_inputs()[0].name
         self.pretrained_cfg = config.get("pretrained_cfg", {})
@@ -78,4 +79,15 @@ def load_onnx_model(path: str | Path) -> OnnxModel:
     config.setdefault("num_classes", session.get_outputs()[0].shape[-1])
     names = {"label_names": config["label_names"]} if config.get("label_names") else {}
     config["pretrained_cfg"] = {**_default_config(session), **config.get("pretrained_cfg", {}), **names}
-    return OnnxModel(path, session, config)
+    return OnnxModel(path, session, config, onnx_param_count(path))
+
+
+def onnx_param_count(path: Path) -> int | None:
+    """The number of weights the ONNX graph holds (its initializers), read with the onnx package; None
+    where it is not installed (onnxruntime runs a graph without it)."""
+    try:
+        import onnx
+    except ImportError:
+        return None
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return int(sum(int(np.prod(tensor.dims)) for tensor in graph.initializer))

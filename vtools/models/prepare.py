@@ -8,7 +8,11 @@ from vtools.errors import UsageError
 from vtools.models.onnx_model import OnnxModel
 
 
-def count_params(model: torch.nn.Module) -> int:
+def count_params(model: torch.nn.Module) -> int | None:
+    """The model's weights; a model whose weights live outside torch (an ONNX file) gives its own count,
+    None where it cannot tell."""
+    if hasattr(model, "param_count"):
+        return model.param_count
     return sum(p.numel() for p in model.parameters())
 
 
