@@ -13,7 +13,6 @@ from pathlib import Path
 
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
-from vtools.observe.curves import plot_runs, read_summary_rows
 from vtools.outputs import Output, check_outputs
 
 
@@ -24,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         "--output", "-o", default="", metavar="PNG", help="(default: one RUN's own curves.png; several RUNs need it)"
     )
     args = parser.parse_args(argv)
+    from vtools.observe.curves import plot_runs, read_summary_rows  # torch and matplotlib: after the parse
+
     runs = [Path(run) for run in args.runs]
     for run in runs:
         read_summary_rows(run)  # every input checked before anything is drawn

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 from vtools.cli.parser import OneLineParser
-from vtools.data.shard_writer import convert
 from vtools.errors import UsageError
 from vtools.outputs import Output, check_outputs
 from vtools.runtime.cpu_budget import usable_cores
@@ -67,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{flag} must be positive, got {value}")
     out = Path(args.out)
     check_outputs([("FOLDER", args.source)], [Output("OUT", out, files=())])
+    from vtools.data.shard_writer import convert  # the readers, Pillow and torch: after the checks
+
     info = convert(
         Path(args.source),
         out,
