@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -38,10 +39,16 @@ def _put_ninja_on_path() -> None:
     """pip installs the ninja executable beside this interpreter; that folder may not be on PATH
     (pyenv shims, venvs used without activation), and cpp_extension needs ninja even to load."""
     import shutil
-    import sys
 
     if shutil.which("ninja") is None:
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+
+def _needs_build(directory: Path) -> bool:
+    """Whether no built library is there yet, or a source is newer than it (cpp_extension decides by a hash
+    of the sources; this only chooses whether to say that a build may take a while)."""
+    built = directory / f"{EXTENSION_NAME}.so"
+    return not built.is_file() or any(source.stat().st_mtime > built.stat().st_mtime for source in SOURCES)
 
 
 def load_extension(verbose: bool = False) -> ModuleType:
@@ -61,6 +68,13 @@ def load_extension(verbose: bool = False) -> ModuleType:
         _put_ninja_on_path()
         directory = build_dir()
         directory.mkdir(parents=True, exist_ok=True)
+        if _needs_build(directory):  # a minute of silence would look like a hang
+            print(
+                f"emulated npu: compiling its C++ extension into {directory} (once per machine and torch version; "
+                "about a minute on two cores)",
+                file=sys.stderr,
+                flush=True,
+            )
         _extension = cpp_extension.load(
             name=EXTENSION_NAME,
             sources=[str(s) for s in SOURCES],

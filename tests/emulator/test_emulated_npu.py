@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -371,3 +372,17 @@ def test_timm_fp32_npu_matches_cpu():
     assert torch.allclose(results["cpu"][0], results["npu"][0], rtol=1e-5, atol=1e-6)
     for k, v in results["cpu"][1].items():
         assert torch.allclose(v.float(), results["npu"][1][k].float(), rtol=1e-4, atol=1e-5), k
+
+
+def test_a_build_to_come_is_said_before_its_minute_of_silence(tmp_path: Path) -> None:
+    """The first import compiles for about a minute: that is said on stderr, and only then."""
+    from tests.emulated_npu import _build
+
+    assert _build._needs_build(tmp_path)  # nothing built there yet
+    built = tmp_path / f"{_build.EXTENSION_NAME}.so"
+    built.write_bytes(b"")
+    newest = max(source.stat().st_mtime for source in _build.SOURCES)
+    os.utime(built, (newest + 10, newest + 10))
+    assert not _build._needs_build(tmp_path)
+    os.utime(built, (newest - 10, newest - 10))  # a source changed since
+    assert _build._needs_build(tmp_path)
