@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import (
     EMULATED_NPU_MODULE,
@@ -15,6 +16,7 @@ from tests.conftest import (
     assert_usage_error,
     broken_torch_npu_package,
     device_flags,
+    load_emulated_npu,
     run_script,
     train_args,
 )
@@ -100,6 +102,17 @@ def test_the_start_line_names_the_chip_and_the_settings_applied(fashion4: Path, 
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no bfloat16: --amp uses float16 with a GradScaler" in proc.stdout
     assert "device: applied npu.set_compile_mode(jit_compile=False)" in proc.stdout
+
+
+@pytest.mark.npu_only(reason="the emulated npu's chip, with and without bfloat16")
+def test_the_chip_note_says_what_amp_would_use_not_what_the_run_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float32 run on a bf16 chip printed "(float32)" and then "device: npu:0: ..., bfloat16"."""
+    load_emulated_npu()
+    [note] = preflight.chip(torch.device("npu:0"))
+    assert note.text.endswith(", bfloat16 supported (--amp uses it)"), note.text
+    monkeypatch.setenv("VTOOLS_EMU_NPU_NO_BF16", "1")
+    [note] = preflight.chip(torch.device("npu:0"))
+    assert note.text.endswith(", no bfloat16: --amp uses float16 with a GradScaler"), note.text
 
 
 def test_recommended_settings_are_reported_until_set() -> None:

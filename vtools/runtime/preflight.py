@@ -198,7 +198,12 @@ def backend_version(kind: dev.DeviceKind) -> list[Finding]:
 def chip(device: torch.device) -> list[Finding]:
     """The chip and its mixed precision: bfloat16, or float16 with a GradScaler where it has none."""
     name = dev.device_name(device)
-    precision = "bfloat16" if dev.is_bf16_supported(device) else "no bfloat16: --amp uses float16 with a GradScaler"
+    # what the chip can do, not what this run does (the start line says that): a float32 run said "bfloat16"
+    precision = (
+        "bfloat16 supported (--amp uses it)"
+        if dev.is_bf16_supported(device)
+        else "no bfloat16: --amp uses float16 with a GradScaler"
+    )
     return [Finding("note", f"{device}: {name}, {precision}")]
 
 
