@@ -39,8 +39,10 @@ CONSOLE_ROWS = 50
 def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
     """Where each requested format is written: always somewhere, as in timm's inference.py (by default
     <model>-topk<K>.<format> in the current folder), so predictions are never only on the console. A run's
-    model folder is named after its run (runs/a/model: a-topk1.csv), so two runs' results never share a name."""
-    name = args.results_file or f"{model_label(args.model)}-topk{args.topk}"
+    model folder is named after its run (runs/a/model: a-topk1.csv), so two runs' results never share a name.
+    A multi-label model's file says what chose its classes: <model>-threshold<T> (--topk does not)."""
+    chosen = f"threshold{args.threshold:g}" if is_multi_label_model(args.model) else f"topk{args.topk}"
+    name = args.results_file or f"{model_label(args.model)}-{chosen}"
     base = Path(args.results_dir or ".") / name
     if base.suffix.lstrip(".") in RESULT_FORMATS:
         base = base.with_suffix("")
