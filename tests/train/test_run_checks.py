@@ -219,3 +219,20 @@ def test_an_elastic_restart_may_change_the_global_batch_and_new_epochs_are_said(
     assert said == ["--epochs 12 (the run had 10): the schedule is the one for 12 epochs from here on"]
     check_same_experiment(state, Path("c.pth"), same, 10, [], 50, DistInfo(0, 2), said.append)
     assert len(said) == 1  # the same epochs: nothing to say
+
+
+def test_a_head_with_more_outputs_than_the_data_has_classes_is_said(fashion4: Path) -> None:
+    """--num-classes above the folder's class count trains outputs no image belongs to: allowed, said once."""
+    from vtools.train.run import open_data
+
+    said: list[str] = []
+    job = job_of("--data-dir", str(fashion4), "--model", "test_resnet", "--num-classes", "6")
+    data, _ = open_data(job, DistInfo(), said.append)
+    assert data.num_classes == 6 and len(data.classes) == 4
+    assert [line for line in said if "--num-classes" in line] == [
+        f"--num-classes 6 is more than the 4 classes of {data.train.description}: outputs 4-5 have no images and "
+        "are named by their index in the class report; leave --num-classes out to train one output per class"
+    ]
+    said.clear()
+    open_data(job_of("--data-dir", str(fashion4), "--model", "test_resnet"), DistInfo(), said.append)
+    assert not [line for line in said if "--num-classes" in line]

@@ -553,6 +553,12 @@ def open_data(job: TrainJob, dist_info: DistInfo, say: Say) -> tuple[TrainingDat
         raise UsageError(f"--dataset {job.data.dataset} does not name its classes: pass --num-classes")
     num_classes = num_classes or len(classes)
     check_labels_fit(train_source, classes, num_classes)
+    if classes and num_classes > len(classes):
+        say(
+            f"--num-classes {num_classes} is more than the {len(classes)} classes of {train_source.description}: "
+            f"outputs {len(classes)}-{num_classes - 1} have no images and are named by their index in the class "
+            "report; leave --num-classes out to train one output per class"
+        )
     check_same_label_kind(train_source, val_source)
     batch_size, batch_note = fit_batch_to_set(
         job.data.batch_size, job.augment, job.run.seed, len(train_source), dist_info
