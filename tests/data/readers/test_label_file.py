@@ -8,6 +8,7 @@ file and the row."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -182,16 +183,20 @@ def test_collate_stacks_multi_hot_rows_into_float_targets(tmp_path: Path) -> Non
     assert batch.indices.tolist() == [0, 1, 2, 3] and tuple(batch.images.shape) == (4, 3, 6, 8)
 
 
-def test_paths_may_be_absolute_or_in_subfolders(tmp_path: Path) -> None:
+def test_paths_may_be_absolute_in_subfolders_or_outside_the_split(tmp_path: Path) -> None:
+    """Decided: a labels file says what its split holds, wherever the images lie (a shared image store, a
+    folder beside the split): absolute paths and ``../`` are read as written."""
     folder = split(tmp_path)
     elsewhere = tmp_path / "elsewhere" / "e.png"
     png(elsewhere)
-    write_csv(folder, ["sub/b.png,owl", f"{elsewhere},cat", "./a.png,dog"])
+    png(tmp_path / "shared" / "s.png")
+    write_csv(folder, ["sub/b.png,owl", f"{elsewhere},cat", "./a.png,dog", "../shared/s.png,fox"])
     source = open_split(tmp_path)
-    assert list(source.samples.paths) == [str(folder / "sub/b.png"), str(elsewhere), str(folder / "a.png")]
-    assert all(isinstance(source.samples.locate(i), RawSample) for i in range(3))
+    expected = [str(folder / "sub/b.png"), str(elsewhere), str(folder / "a.png"), str(folder / "../shared/s.png")]
+    assert [os.path.normpath(path) for path in source.samples.paths] == [os.path.normpath(p) for p in expected]
+    assert all(isinstance(source.samples.locate(i), RawSample) for i in range(4))
     images = source.images(lambda image: np.array(image), "RGB")
-    assert not any(isinstance(images[i][0], BadSample) for i in range(3))
+    assert not any(isinstance(images[i][0], BadSample) for i in range(4))
 
 
 def test_a_labels_file_wins_over_class_folders_and_without_one_folders_are_read(tmp_path: Path) -> None:
