@@ -81,6 +81,24 @@ def test_validation_reads_every_sample_once_in_order(server: str, shards: Path) 
     assert Counter(pairs) == local_samples(shards, "validation")
 
 
+def test_validation_of_a_counted_split_reads_the_count_it_was_given(shards: Path, tmp_path: Path) -> None:
+    """A split without split info takes its length from ``|num_samples``, shared evenly over its shards:
+    validation reads each shard up to its share, so it evaluates what the run's start line says (it read the
+    whole shards: 24 for '|10')."""
+    import shutil
+
+    for tar in shards.glob("shards-validation-*.tar"):  # served without the _info.json that would count them
+        shutil.copy(tar, tmp_path / tar.name)
+    with serve(tmp_path) as bare:
+        counted = f"{bare}/shards-validation-000000.tar|5"  # the shard holds 7
+        seen = list(loader("/nowhere", counted, 4, 2, training=False))
+        both = list(loader("/nowhere", f"{bare}/shards-validation-{{000000..000001}}.tar|4", 4, 2, training=False))
+    pairs = [(i, t) for batch in seen for i, t in zip(batch.indices.tolist(), batch.targets.tolist())]
+    assert len(pairs) == 5 and len(set(pairs)) == 5
+    assert sum(len(batch.targets) for batch in both) == 4  # 2 of each shard
+    assert set(pairs) <= set(local_samples(shards, "validation"))
+
+
 def test_a_bad_image_keeps_its_batch_whole(tmp_path: Path, shards: Path) -> None:
     shard = tmp_path / "bad.tar"
     good = (shards / "shards-train-000000.tar").read_bytes()

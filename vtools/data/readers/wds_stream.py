@@ -427,11 +427,14 @@ def worker_samples(
 ) -> Iterator[StreamRecord]:
     """One worker's samples for an epoch: its shards in order through a shuffle buffer of
     ``shuffle_size`` samples seeded by ``seed`` (0: no shuffling), exactly ``quota`` of them (reading the
-    shards again when they hold fewer; None: every sample once, for validation)."""
+    shards again when they hold fewer; None: every sample once, for validation, and no more than the
+    ``|num_samples`` a split without split info was given: the count the run says it evaluates)."""
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(seed))))
     source = _passes(store, shards, quota)
     if quota is not None:
         source = _first(source, quota)
+    elif not store.exact_counts:
+        source = _first(source, sum(store.counts[shard] for shard in shards))
     buffer: list[StreamRecord] = []
     for record in source:
         if shuffle_size <= 1:
