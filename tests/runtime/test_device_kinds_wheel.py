@@ -184,6 +184,30 @@ def test_the_npu_rows_dotted_names_are_in_the_wheel(torch_npu_wheel: Path) -> No
         signature.bind(**{keyword: value})
 
 
+def test_the_backend_profiler_calls_vtools_makes_bind_to_the_wheels(torch_npu_wheel: Path) -> None:
+    """vtools/observe/profiling.py drives the row's profiler module (torch_npu.profiler on Ascend) through a
+    variable named ``module``: every attribute it takes from it exists in the wheel, and each call's keywords
+    bind to the real signature (read from the source, so a new call is checked without a new line here)."""
+    tree = ast.parse((REPO / "vtools" / "observe" / "profiling.py").read_text(encoding="utf-8"))
+    used = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "module"
+    ]
+    calls = {
+        node.func.attr: node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func in used
+    }
+    real = npu_wheel.namespace(torch_npu_wheel, dev.kind_of("npu").profiler_module)
+    assert {"ProfilerActivity", "profile", "schedule", "tensorboard_trace_handler"} <= {node.attr for node in used}
+    assert sorted({node.attr for node in used} - set(real) - {"__name__"}) == []
+    for name, call in calls.items():
+        signature = npu_wheel.signature(real[name])
+        assert signature is not None, name
+        signature.bind(*[None] * len(call.args), **{keyword.arg: None for keyword in call.keywords})
+
+
 def emulator_api() -> dict[str, ast.AST]:
     """The public functions and classes of the emulated ``torch.npu`` (tests/emulated_npu/device.py)."""
     tree = ast.parse((REPO / "tests" / "emulated_npu" / "device.py").read_text(encoding="utf-8"))
