@@ -1,6 +1,7 @@
 """Recovery checkpoints end to end: a process killed without warning (SIGKILL: no checkpoint of its own)
-loses at most --recovery-interval updates, and the run it continues ends with an uninterrupted run's
-weights; under ``torchrun --max-restarts`` the restarted group does this by itself."""
+loses at most --recovery-interval updates, plus those trained while the newest one was still being written
+(at most one interval more: the next one waits for it), and the run it continues ends with an uninterrupted
+run's weights; under ``torchrun --max-restarts`` the restarted group does this by itself."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ INTERVAL = 3
 COMMON = ["--epochs", "2", "--batch-size", "8", "--log-interval", "1", "--drop", "0.3", "--mixup", "0.3"]
 RECOVERY = ["--recovery-interval", str(INTERVAL), "--resume", "auto"]
 REDONE = re.compile(r"(\d+) update\(s\) are trained again")
+# a kill while the newest checkpoint is still being written in the background loses that one too (seen in a
+# full suite on 2 busy cores: killed at update 13, the one of update 12 not yet on disk, 4 redone); the
+# next checkpoint waits for it, so at most two intervals are ever trained again
+MOST_REDONE = 2 * INTERVAL
 
 
 def launch(args: list[str]) -> subprocess.Popen:
@@ -83,7 +88,7 @@ def test_sigkill_loses_at_most_the_interval_and_the_resume_is_exact(
     resumed = run_script(train_args(fashion4, tmp_path, "killed", *flags, *RECOVERY), env=ONE_THREAD, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {folder / 'recovery-0-'}" in resumed.stdout
-    assert 0 <= redone_updates(resumed.stdout) <= INTERVAL
+    assert 0 <= redone_updates(resumed.stdout) <= MOST_REDONE
     reference = run_script(train_args(fashion4, tmp_path, "reference", *flags), env=ONE_THREAD, timeout=300)
     assert reference.returncode == 0, reference.stderr[-3000:]
     for key in ("state_dict", "state_dict_ema"):
@@ -133,7 +138,7 @@ def test_torchrun_restarts_a_killed_rank_from_the_newest_recovery_checkpoint(
             os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode == 0, stderr[-3000:]
     assert f"resumed from {tmp_path / 'restarted' / 'recovery-0-'}" in stdout, stdout[-3000:]
-    assert 0 <= redone_updates(stdout) <= INTERVAL
+    assert 0 <= redone_updates(stdout) <= MOST_REDONE
     assert "".join(before).count("training test_resnet") == 1 and stdout.count("training test_resnet") == 1
     state = torch.load(tmp_path / "restarted" / "last.pth.tar", map_location="cpu", weights_only=True)
     assert state["epoch"] == 2 and len(state["rank_states"]) == 2

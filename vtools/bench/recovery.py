@@ -1,9 +1,10 @@
 """What recovery checkpoints cost a training step, and what a fault still costs with them.
 
-``--recovery-interval N`` promises that a killed run loses at most N updates, and that the steps do not
-wait for the disk: the state is copied to host memory in the step, then written in the background. This
-task measures that promise on train.py's own ``train_one_epoch`` and components, fed one batch already
-on the device (the cost measured is the checkpoint's, not the loader's), three ways in one process:
+``--recovery-interval N`` promises that a killed run loses at most N updates (2N when the kill lands while
+the newest checkpoint is still being written), and that the steps do not wait for the disk: the state is
+copied to host memory in the step, then written in the background. This task measures that promise on
+train.py's own ``train_one_epoch`` and components, fed one batch already on the device (the cost measured is
+the checkpoint's, not the loader's), three ways in one process:
 
 - ``none``: no recovery checkpoints;
 - ``recovery``: one every ``--recovery-every`` updates through the run's :class:`CheckpointManager`,

@@ -16,7 +16,6 @@ need more. Without it, files are copied byte for byte.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from vtools.cli.parser import OneLineParser
@@ -78,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         args.split,
         args.workers,
     )
+    print(written_lines(info, out, args.format, args.name or out.name), flush=True)
+    return 0
+
+
+def written_lines(info: dict, out: Path, fmt: str, name: str) -> str:
+    """What was written: each split's images (and shards), then the classes and the flags that read it."""
+    lines = []
     for split_name, entry in info["splits"].items():
         shards = f" in {len(entry['filenames'])} shards" if "filenames" in entry else ""
-        print(f"{split_name}: {entry['num_samples']} images{shards}")
-    print(
-        f"{len(info['classes'])} classes -> {out} (--dataset {args.format if args.format == 'wds' else 'hfds'}/"
-        f"{args.name or out.name} --data-dir {out})"
-    )
-    sys.stdout.flush()
-    return 0
+        lines.append(f"{split_name}: {entry['num_samples']} images{shards}")
+    reader = "wds" if fmt == "wds" else "hfds"
+    lines.append(f"{len(info['classes'])} classes -> {out} (--dataset {reader}/{name} --data-dir {out})")
+    return "\n".join(lines)
