@@ -187,6 +187,12 @@ def test_another_runs_files_are_refused_and_a_runs_own_readers_may_write_beside_
         assert not target.exists() or target.read_text() != ""
     check_outputs(reads_a, [Output("--results-file", a / "results.csv")])  # beside what it reads: allowed
     check_outputs(reads_a, [Output("the run's picture", a / "summary.csv", refreshes_run_file=True)])
+    # as train.py writes it: the model folder listed whole, not its files
+    c = _run_folder(tmp_path / "runs" / "C", "summary.csv", "model/model.safetensors")
+    (c / ".vtools-run.lock").write_text("123\nsummary.csv\nmodel\n")
+    with pytest.raises(UsageError, match=re.escape(f"would replace model/model.safetensors of the run {c}")):
+        check_outputs([("REPORT", c / "summary.csv")], [Output("--output", c / "model" / "model.safetensors")])
+    check_outputs([("REPORT", c / "summary.csv")], [Output("--output", c / "model" / "model.onnx")])  # new file
     (b / ".vtools-run.lock").write_bytes(b"\xff\xfenot a ledger")  # damaged: every file there may be the run's
     with pytest.raises(UsageError, match="would replace summary.csv of the run"):
         check_outputs([("the model", b / "model" / "model.safetensors")], [Output("--output", b / "summary.csv")])

@@ -74,7 +74,9 @@ def check_run_folders(inputs: Iterable[Input], outputs: Sequence[Output]) -> Non
             except DamagedLock:
                 listed = None  # which files the run wrote cannot be told: every existing one may be its
             relative = place.relative_to(run).as_posix()
-            replaces = place.exists() if listed is None else relative in listed
+            # the ledger names a folder it wrote (model, eval) whole: an existing file under it is the run's too
+            replaces = place.exists() and (listed is None or any(relative.startswith(f"{n}/") for n in listed))
+            replaces = replaces or (listed is not None and relative in listed)
             if replaces and not output.refreshes_run_file:
                 raise UsageError(
                     f"{output.what} {output.path} would replace {relative} of the run {run} (a file that run wrote "

@@ -415,13 +415,15 @@ def _model_intact(tmp: Path, custom_model_dir: Path) -> None:
 
 
 def _ledgered(relative: str, files: dict[str, str]) -> Callable[[Path], None]:
-    """A run folder at {tmp}/<relative> as train.py leaves it: ``files`` and its ledger naming them."""
+    """A run folder at {tmp}/<relative> as train.py leaves it: ``files`` and its ledger naming them, a folder
+    (model/, eval/) by its name as train.py names it."""
 
     def setup(tmp: Path) -> None:
         for name, text in files.items():
             (tmp / relative / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / relative / name).write_text(text)
-        (tmp / relative / ".vtools-run.lock").write_text("\n".join(["1", *files]) + "\n")
+        listed = dict.fromkeys(name.split("/")[0] for name in files)
+        (tmp / relative / ".vtools-run.lock").write_text("\n".join(["1", *listed]) + "\n")
 
     return setup
 

@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if not target.parent.is_dir():
         raise UsageError(f"--output {target}: the folder {target.parent} does not exist")
     inputs = [*model_files(args.model_name), ("--checkpoint", args.checkpoint), ("--data", args.data)]
-    check_outputs(inputs, [Output("--output" if args.output else "the ONNX file", target)])
+    own = not args.output  # the model folder's own ONNX file, brought up to date from its weights
+    check_outputs(inputs, [Output("--output" if args.output else "the ONNX file", target, refreshes_run_file=own)])
     find_images(args.data)  # a bad --data fails before the model is built
     model = create_model(
         args.model_name,
