@@ -9,6 +9,7 @@ rule and checks it for the device at hand.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,12 +31,13 @@ def _restore_threads_and_affinity() -> Iterator[None]:
     os.sched_setaffinity(0, cores)
 
 
-def expected_split(device_type: str, cores: int) -> tuple[int, int]:
-    """(workers, intra-op threads) as the README states the rule."""
+def expected_split(device_type: str, cores: int, busy: float = 0.0) -> tuple[int, int]:
+    """(workers, intra-op threads) as the README states the rule, with ``busy`` cores taken by other processes."""
+    free = max(1, int(cores - busy + 0.5))
     if device_type == "cpu":
-        return max(1, min(8, cores // 4)), cores
+        return max(1, min(8, cores // 4)), min(cores, free)
     workers = max(1, min(8, cores - 1))
-    return workers, max(1, cores - workers)
+    return workers, max(1, min(cores - workers, free))
 
 
 @pytest.mark.parametrize("cores", [1, 2, 4, 16, 96])
@@ -48,11 +50,23 @@ def test_default_split_follows_the_device(device: torch.device, cores: int, monk
     assert budget.decode_during_validation == (not kind_of(device.type).computes_on_host)
 
 
+@pytest.mark.parametrize(("cores", "busy"), [(2, 0.4), (2, 0.6), (2, 1.9), (16, 3.5), (16, 16.0)])
+def test_busy_cores_take_intra_op_threads_not_workers(
+    device: torch.device, cores: int, busy: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    budget = plan(device.type, cores, busy=busy)
+    assert (budget.workers, budget.threads) == expected_split(device.type, cores, busy)
+    assert plan(device.type, cores, threads=cores, busy=busy).threads == cores  # --threads wins
+    noted = f"({busy:.1f} of {cores} cores busy with other processes at start)" in budget.describe()
+    assert noted == (busy >= 0.5)
+
+
 def test_budget_is_applied_and_reaches_the_loaders(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     budget = setup_cpu_budget(device)
-    assert (budget.workers, budget.threads) == expected_split(device.type, len(usable_cores()))
+    assert (budget.workers, budget.threads) == expected_split(device.type, len(usable_cores()), budget.busy)
     assert torch.get_num_threads() == budget.threads
     assert budget.kept_freed_memory == (os.uname().sysname == "Linux")
     loader = make_loader(list(range(8)), 2, device)  # no worker count given: the budget's
@@ -98,10 +112,11 @@ def test_a_backend_affinity_variable_takes_precedence(device: torch.device, monk
 
 
 def test_start_line_and_env_report_the_budget(device: torch.device, fashion4: Path, tmp_path: Path) -> None:
-    workers, threads = expected_split(device.type, len(usable_cores()))
-    line = f"{workers} loader worker{'s' * (workers != 1)}, {threads} intra-op + 1 inter-op threads"
     env = run_script(["-m", "vtools", "env", *device_flags(device.type)], env={"OMP_NUM_THREADS": ""})
     assert env.returncode == 0, env.stderr
+    busy = re.search(r"\(([0-9.]+) of \d+ cores busy", env.stdout)  # other tests running beside this one
+    workers, threads = expected_split(device.type, len(usable_cores()), float(busy.group(1)) if busy else 0.0)
+    line = f"{workers} loader worker{'s' * (workers != 1)}, {threads} intra-op + 1 inter-op threads"
     assert f"cpu_budget: {len(usable_cores())} cores, {line}" in env.stdout
     proc = run_script(
         [

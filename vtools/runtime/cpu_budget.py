@@ -19,7 +19,10 @@ on the host's cores, decoding then would slow it down about as much as it
 saves (docs/performance.md has the measurement), so the workers start once
 validation is over, during the checkpoint snapshot.
 
-``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side.
+On a busy host (other processes keeping some of these cores busy as the run starts, vtools/runtime/
+host_load.py) the main process runs one intra-op thread fewer per busy core, at least one, and says so;
+loader workers are separate processes that the scheduler shares out without stalls, so their count
+stays. ``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side.
 ``--bind-cores`` pins each torchrun rank (and the loader workers it forks) to
 its own slice of the cores; where the backend binds its own threads from an
 environment variable (Ascend's ``CPU_AFFINITY_CONF``, named in the device
@@ -42,6 +45,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.runtime.device import kind_of
+from vtools.runtime.host_load import busy_elsewhere
 
 MAX_WORKERS = 8
 CORES_PER_CPU_WORKER = 4  # on cpu, one decoding worker per this many cores
@@ -62,6 +66,7 @@ class CpuBudget:
     bound: tuple[int, ...] | None = None  # cores this rank was bound to (--bind-cores)
     affinity: str = ""  # who binds threads to cores, when not vtools
     kept_freed_memory: bool = False
+    busy: float = 0.0  # cores other processes kept busy as the run started (when the threads were not given)
 
     def describe(self) -> str:
         """One line for the run's start and ``vtools env``."""
@@ -71,6 +76,8 @@ class CpuBudget:
             f"{self.threads} intra-op + {self.interop_threads} inter-op thread"
             f"{'s' * (self.threads + self.interop_threads != 1)}",
         ]
+        if self.busy >= 0.5:
+            parts[-1] += f" ({self.busy:.1f} of {self.cores} cores busy with other processes at start)"
         if self.pin_thread:
             parts.append("1 pin-memory thread")
         if self.bound is not None:
@@ -107,15 +114,21 @@ def rank_slice(cores: list[int], local_rank: int, local_ranks: int) -> list[int]
     return cores[local_rank * share : (local_rank + 1) * share]
 
 
-def plan(device_type: str, cores: int, workers: int | None = None, threads: int | None = None) -> CpuBudget:
-    """The split of ``cores`` between loader workers and the main process for a device type."""
+def plan(
+    device_type: str, cores: int, workers: int | None = None, threads: int | None = None, busy: float = 0.0
+) -> CpuBudget:
+    """The split of ``cores`` between loader workers and the main process for a device type, with ``busy``
+    of them taken by other processes."""
     on_host = kind_of(device_type).computes_on_host
     if workers is None:
         workers = max(1, cores // CORES_PER_CPU_WORKER) if on_host else cores - 1
         workers = max(1, min(MAX_WORKERS, workers))
     if threads is None:
         env = os.environ.get("OMP_NUM_THREADS", "")
-        threads = int(env) if env.isdigit() and int(env) > 0 else (cores if on_host else cores - workers)
+        if env.isdigit() and int(env) > 0:
+            threads = int(env)
+        else:
+            threads = min(cores if on_host else cores - workers, int(cores - busy + 0.5))
     return CpuBudget(
         cores=cores,
         workers=workers,
@@ -123,6 +136,7 @@ def plan(device_type: str, cores: int, workers: int | None = None, threads: int 
         interop_threads=1,
         pin_thread=not on_host and kind_of(device_type).pinned_host_memory and workers > 0,
         decode_during_validation=not on_host,
+        busy=busy,
     )
 
 
@@ -143,10 +157,21 @@ def setup_cpu_budget(
         share = len(bound)
     else:
         share = max(1, len(cores) // local_ranks)
-    budget = plan(device.type, share, workers, threads)
+    budget = plan(device.type, share, workers, threads, _busy_share(threads, bound, cores, local_ranks))
     _set_threads(budget.threads, budget.interop_threads)
     affinity = f"{affinity_env}={os.environ[affinity_env]} binds the backend's threads" if backend_binds else ""
     return replace(budget, bound=bound, affinity=affinity, kept_freed_memory=keep_freed_host_memory())
+
+
+def _busy_share(threads: int | None, bound: tuple[int, ...] | None, cores: list[int], local_ranks: int) -> float:
+    """Cores of this process's share that other processes keep busy; 0 where the thread count is given,
+    and where unbound ranks of one job share the cores (each would count its siblings' start-up)."""
+    if threads is not None or os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return 0.0
+    if bound is None and local_ranks > 1:
+        return 0.0
+    busy = busy_elsewhere(list(bound or cores))
+    return 0.0 if busy is None else round(busy, 1)
 
 
 def _set_threads(threads: int, interop_threads: int) -> None:

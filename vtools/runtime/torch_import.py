@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from vtools.errors import fail
+from vtools.runtime.host_load import mark_start, quiet_waiting_threads
 
 _AUTOLOAD_FAILURE = "Failed to load the backend extension"
 
@@ -28,7 +29,11 @@ def backend_autoload_hint(detail: str) -> str:
 
 
 def import_torch() -> None:
-    """Import torch, exiting with one line (code 2) if a device backend breaks it."""
+    """Import torch, exiting with one line (code 2) if a device backend breaks it. Before it loads: waiting
+    OpenMP threads are told to sleep, and the window that measures the host's load opens
+    (vtools/runtime/host_load.py)."""
+    quiet_waiting_threads()
+    mark_start()
     try:
         import torch  # noqa: F401
     except ModuleNotFoundError as err:
