@@ -68,7 +68,7 @@ def test_the_cpu_only_hint_asks_for_the_versions_requirements_ask_for() -> None:
 def test_the_quick_start_prints_what_the_readme_quotes(tmp_path) -> None:
     """The main job as the README gives it (only its output folder moved to the test's), and its last lines
     word for word as the README quotes them; the figures may differ with the host, the best top-1 by a few
-    points at most."""
+    points at most. Then the README's fine-tuning of that model folder, which must score higher than it."""
     train = _quick_start_commands()[0].split("&&")[-1].split()
     assert train[:2] == ["python3", "train.py"], train
     proc = run_script([*train[1:], "--output", str(tmp_path / "runs")], timeout=1200)
@@ -80,6 +80,13 @@ def test_the_quick_start_prints_what_the_readme_quotes(tmp_path) -> None:
     best = re.compile(r"best top1 ([\d.]+)")
     said, ran = (float(best.search("\n".join(lines)).group(1)) for lines in (quoted, printed))
     assert abs(said - ran) < 3, (said, ran)
+    # the README's fine-tuning line, on the model folder just made: the fine-tuned model scores higher
+    fine_tune = "python3 train.py -c configs/fashion_mnist_finetune_cpu.yaml"
+    assert f"\n{fine_tune}\n" in (REPO / "README.md").read_text(encoding="utf-8")
+    model = tmp_path / "runs" / "fashion-mnist-cpu" / "model"
+    tuned = run_script([*fine_tune.split()[1:], "--model", str(model), "--output", str(tmp_path / "runs")], timeout=600)
+    assert tuned.returncode == 0, tuned.stderr
+    assert float(best.search(tuned.stdout).group(1)) > ran, tuned.stdout[-2000:]
 
 
 def test_files_the_readme_names_exist() -> None:
