@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from tests.conftest import EMULATED_NPU_MODULE, REPO, device_flags, run_script, write_model_folder
+from tests.scripts.test_one_line_errors import DEVICE, ROWS, Row, _Placeholders
 from vtools.api import infer_options, train_options, validate_options
 from vtools.cli import infer_flags, train_flags, validate_flags
+from vtools.cli.config import parse_with_config
 from vtools.errors import UsageError
 
 QUICK_START = REPO / "configs" / "fashion_mnist_cpu.yaml"
@@ -62,6 +64,71 @@ def test_a_wrong_keyword_is_the_usage_error_of_its_flag(options: dict, words: st
     with pytest.raises(UsageError) as caught:
         train_options(None, {"data_dir": "data", **options})
     assert words in str(caught.value)
+
+
+SCRIPT_FLAGS = {"train.py": train_flags, "validate.py": validate_flags, "inference.py": infer_flags}
+API_OPTIONS = {"train.py": train_options, "validate.py": validate_options, "inference.py": infer_options}
+
+
+def _refused_while_parsing(flags, argv: list[str]) -> str | None:  # noqa: ANN001 (a flags module)
+    """The one line a script's parse stops ``argv`` with; None where it parses (a later refusal: the API runs
+    the same command body) or argparse itself refuses the grammar (keywords have none)."""
+    try:
+        flags.parse(argv)
+    except UsageError as err:
+        return str(err)
+    except SystemExit:
+        return None
+    return None
+
+
+def _as_keywords(flags, argv: list[str]) -> tuple[str | None, dict]:  # noqa: ANN001 (a flags module)
+    """``argv`` as the API's (config, keywords): the -c file, and every option the flags set."""
+    parser = flags.build_parser()
+    config = parse_with_config(parser, argv).config if "-c" in argv or "--config" in argv else None
+    given = vars(parse_with_config(flags.build_parser(), argv))
+    base = vars(parse_with_config(flags.build_parser(), ["-c", config] if config else []))
+    return config, {key: value for key, value in given.items() if key != "config" and value != base[key]}
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+@pytest.mark.parametrize("row", [row for row in ROWS if row.args[0] in SCRIPT_FLAGS], ids=lambda row: row.id)
+def test_every_refusal_of_a_scripts_options_is_the_apis(row: Row, request: pytest.FixtureRequest, tmp_path) -> None:
+    """The one-line-error table's rows for the three scripts: where the script's parse refuses the options,
+    the API given the same options as keywords refuses them in the same words."""
+    values = _Placeholders(request, tmp_path)
+    for relative, content in row.files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(values.fill(content))
+    argv = [values.fill(arg) for arg in row.args[1:] if arg != DEVICE]
+    flags = SCRIPT_FLAGS[row.args[0]]
+    said = _refused_while_parsing(flags, argv)
+    if said is None:
+        return  # refused after parsing, by the code fit/validate/predict share, or by argparse's grammar
+    try:
+        config, keywords = _as_keywords(flags, argv)
+    except UsageError as err:  # the -c file itself is refused: the API reads the same file
+        config, keywords = None, {}
+        assert str(err) == said
+        return
+    with pytest.raises(UsageError) as refused:
+        API_OPTIONS[row.args[0]](config, keywords)
+    assert str(refused.value) == said
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+@pytest.mark.parametrize(
+    ("call", "options", "words"),
+    [
+        (validate_options, {"data": SHIPPED_VAL, "model": "m", "threshold": 1.5}, "--threshold must be from 0 to 1"),
+        (infer_options, {"data": SHIPPED_VAL, "model": "m", "threshold": -0.1}, "--threshold must be from 0 to 1"),
+        (train_options, {"data_dir": "d", "mlflow_artifacts": True}, "--mlflow-artifacts"),
+    ],
+)
+def test_the_two_drifts_the_probe_found_are_refused(call, options: dict, words: str) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match=words.replace("-", "\\-")):
+        call(None, options)
 
 
 @pytest.mark.cpu_only(reason="parses options; runs nothing on a device")

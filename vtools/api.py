@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from vtools.cli import infer_flags, train_flags, validate_flags
 from vtools.cli.config import resolve_options
-from vtools.cli.parser import check_values
 
 if TYPE_CHECKING:
     from vtools.train.run_files import TrainOutcome
@@ -55,25 +54,15 @@ def predict(config: str | Path | None = None, **options: Any) -> list[dict[str, 
 
 
 def train_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
-    """train.py's options for these keywords, checked as vtools.cli.train_flags.parse checks a command line."""
-    args = resolve_options(train_flags.build_parser(), config, options, "fit()")
-    check_values(args)
-    train_flags.check_train_args(args)
-    return args
+    """train.py's options for these keywords, through train.py's own checks."""
+    return train_flags.check(resolve_options(train_flags.build_parser(), config, options, "fit()"))
 
 
 def validate_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
-    """validate.py's options for these keywords, checked as vtools.cli.validate_flags.parse checks them."""
-    args = resolve_options(validate_flags.build_parser(), config, options, "validate()")
-    check_values(args)
-    if args.report:
-        validate_flags.check_report_args(args)
-    return args
+    """validate.py's options for these keywords, through validate.py's own checks."""
+    return validate_flags.check(resolve_options(validate_flags.build_parser(), config, options, "validate()"))
 
 
 def infer_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
-    """inference.py's options for these keywords, checked as vtools.cli.infer_flags.parse checks them."""
-    args = resolve_options(infer_flags.build_parser(), config, options, "predict()")
-    check_values(args)
-    infer_flags.check_inference_args(args)
-    return args
+    """inference.py's options for these keywords, through inference.py's own checks."""
+    return infer_flags.check(resolve_options(infer_flags.build_parser(), config, options, "predict()"))

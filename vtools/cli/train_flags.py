@@ -596,7 +596,12 @@ VALUE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """train.py's options (defaults < the -c YAML file < flags), with every check that reads only them done."""
-    args = parse_with_config(build_parser(), argv)
+    return check(parse_with_config(build_parser(), argv))
+
+
+def check(args: argparse.Namespace) -> argparse.Namespace:
+    """Every check of train.py's options that reads only them: the command line's and the Python API's
+    (vtools/api.py), so the two refuse the same values."""
     check_values(args)
     check_train_args(args)
     check_tracking_args(args)

@@ -133,7 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """validate.py's options, with every check that reads only them done."""
-    args = build_parser().parse_args(argv)
+    return check(build_parser().parse_args(argv))
+
+
+def check(args: argparse.Namespace) -> argparse.Namespace:
+    """Every check of validate.py's options that reads only them: the command line's and the Python API's."""
     check_values(args)
     check_threshold(args)
     if args.report:
