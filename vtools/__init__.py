@@ -5,7 +5,8 @@ installs what it needs when it starts (``vtools.cli.runner``).
 
 The packages are layers; a module imports from its own layer and the ones below, never above:
 
-    errors, optional, progress, atomic, run_ledger, outputs, results   the base: errors, imports, files
+    errors, optional, progress, atomic, run_ledger, derived_options, outputs, results
+                  the base: errors, imports, files, what groups of option values amount to
     runtime/      devices, guarded torch import, AMP policy, cpu budget, torch.distributed
     cli/          argument parsing: shared flags, YAML run files, the command runner
     models/       timm models: creation, weights and checkpoints, model folders, ONNX models

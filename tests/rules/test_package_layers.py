@@ -21,6 +21,7 @@ LAYERS = (
         "vtools.progress",
         "vtools.atomic",
         "vtools.run_ledger",
+        "vtools.derived_options",
         "vtools.outputs",
         "vtools.results",
     ),
@@ -111,6 +112,32 @@ def test_the_layer_rules_catch_an_upward_import_and_a_cycle() -> None:
     graph = {"vtools.data.loaders": {"vtools.train.loop"}, "vtools.train.loop": {"vtools.data.loaders"}}
     assert upward_imports(graph) == ["vtools.data.loaders imports vtools.train.loop"]
     assert cycles(graph)
+
+
+# the command line is read in cli/ and turned into options at the command edge (commands/, the API, the
+# `vtools` dispatcher); the library below takes typed options and never reaches back into argument parsing
+READS_THE_COMMAND_LINE = ("vtools.cli", "vtools.commands", "vtools.api", "vtools.__main__")
+# the bench builds train.py's job from train.py command lines in its child processes (issue 54 moves it out)
+CLI_EXCEPTIONS = {"vtools.bench.options": "parses train.py command lines for the bench's child processes"}
+
+
+def cli_importers(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the command edge that import vtools.cli."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if not any(module == edge or module.startswith(edge + ".") for edge in READS_THE_COMMAND_LINE)
+        and module not in CLI_EXCEPTIONS
+        for target in sorted(targets)
+        if target == "vtools.cli" or target.startswith("vtools.cli.")
+    ]
+
+
+def test_only_the_command_edge_imports_the_argument_parsing() -> None:
+    graph = import_graph(REPO / "vtools")
+    assert not cli_importers(graph), "\n".join(cli_importers(graph))
+    planted = {"vtools.train.recipe": {"vtools.cli.train_flags"}, "vtools.commands.train": {"vtools.cli.typed"}}
+    assert cli_importers(planted) == ["vtools.train.recipe imports vtools.cli.train_flags"]
 
 
 def test_every_command_is_a_module_named_as_the_command() -> None:

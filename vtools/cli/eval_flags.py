@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.cli.timm_compat import add_refused, mark_no_op
+from vtools.derived_options import model_in_chans, timm_model_kwargs
 from vtools.errors import UsageError
 from vtools.results import RESULT_FORMATS
 

@@ -13,6 +13,8 @@ import ast
 from collections.abc import Sequence
 from typing import Any
 
+from vtools.derived_options import DURATION_UNITS
+
 AMP_DTYPE_CHOICES = ("auto", "bfloat16", "float16")  # vtools.runtime.amp.AMP_DTYPES
 ON_BAD_IMAGE_CHOICES = ("error", "skip")  # vtools.data.decode.ON_BAD_IMAGE
 METRICS_AVERAGE_CHOICES = ("micro", "macro", "weighted")  # vtools.evaluation.metrics.METRICS_AVERAGES
@@ -40,9 +42,6 @@ def model_dtype_name(name: str) -> str:
     return name
 
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
 def recovery_interval(text: str) -> int | str:
     """--recovery-interval: a whole number of updates (timm's meaning), or a duration of training such as
     ``900s``, ``30m`` or ``2h`` for steps too long to count; kept as written, so config.yaml repeats it."""
@@ -54,13 +53,6 @@ def recovery_interval(text: str) -> int | str:
     raise argparse.ArgumentTypeError(
         f"invalid interval {text!r}: give a number of updates (500) or a time of training (900s, 30m, 2h)"
     )
-
-
-def interval_seconds(value: int | str) -> float | None:
-    """The seconds a time-form --recovery-interval stands for; None for a count of updates."""
-    if isinstance(value, int):
-        return None
-    return float(value[:-1]) * DURATION_UNITS[value[-1]]
 
 
 # --dist-timeout's range: below 10 s a healthy job's start-up and heartbeats (0.5 s apart at least) cannot tell a

@@ -8,7 +8,6 @@ Nothing here imports torch (vtools/cli/flag_values.py says why).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from vtools.cli.flag_values import (
     AMP_DTYPE_CHOICES,
@@ -240,21 +239,6 @@ def add_preprocess_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def timm_model_kwargs(options: Any) -> dict[str, Any]:
-    """--model-kwargs with the model flags timm passes to create_model alongside them (--gp). ``options``
-    here and below: the Namespace, or an options object with the flags' names (the training job's model)."""
-    extra = {"global_pool": options.gp} if getattr(options, "gp", None) else {}
-    return {**options.model_kwargs, **extra}
-
-
-def model_in_chans(options: Any) -> int | None:
-    """The input channels to build the model with, chosen as timm's scripts choose them: --in-chans, else
-    --input-size's first value (--input-size 1 224 224 builds a grayscale model; timm adapts pretrained first
-    convolutions to it), else None: the model's own."""
-    input_size = getattr(options, "input_size", None)
-    return getattr(options, "in_chans", None) or (input_size[0] if input_size else None)
-
-
 def add_loader_args(parser: argparse.ArgumentParser, batch_size: int) -> None:
     """validate.py's and inference.py's loading group."""
     group = parser.add_argument_group("loading")
@@ -318,14 +302,6 @@ def add_naflex_refusals(
         "--naflex-patchify-channels-first": {"action": "store_true", "default": False},
     }.items():
         add_refused(group, flag, reason=reason, **spec)
-
-
-def preprocess_overrides(options: Any) -> dict:
-    """The preprocessing flags in the form timm's resolve_data_config reads."""
-    return {
-        key: getattr(options, key, None)
-        for key in ("img_size", "input_size", "in_chans", "crop_pct", "crop_mode", "mean", "std", "interpolation")
-    }
 
 
 def add_data_source_args(group: argparse._ArgumentGroup, metavar: str, help_text: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
 from vtools.cli.config import add_config_flag, parse_with_config
 from vtools.cli.eval_flags import add_threshold
@@ -30,6 +29,7 @@ from vtools.cli.options import (
 from vtools.cli.parser import OneLineParser, check_positive, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.cli.tracking_flags import add_mlflow_args, add_wandb_args, check_tracking_args
+from vtools.derived_options import mixup_requested
 from vtools.errors import UsageError
 
 DESCRIPTION = "train.py's options: timm's train.py flags with timm's names, defaults and meanings."
@@ -606,12 +606,6 @@ def check(args: argparse.Namespace) -> argparse.Namespace:
     check_train_args(args)
     check_tracking_args(args)
     return args
-
-
-def mixup_requested(options: Any) -> bool:
-    """Whether --mixup, --cutmix or --cutmix-minmax asks for mixed batches; ``options``: the Namespace, or
-    the training job's augmentation options (the same names)."""
-    return options.mixup > 0 or options.cutmix > 0 or options.cutmix_minmax is not None
 
 
 def check_train_args(args: argparse.Namespace) -> None:

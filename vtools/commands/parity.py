@@ -33,15 +33,13 @@ from vtools.cli.options import (
     add_device_args,
     add_model_args,
     add_preprocess_args,
-    model_in_chans,
-    preprocess_overrides,
-    timm_model_kwargs,
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.cli.typed import typed_options
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images
+from vtools.derived_options import model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.observe import parity, parity_recipe

@@ -16,8 +16,6 @@ import torch
 from timm.layers import convert_sync_batchnorm
 from timm.task import LogitDistillationTask
 
-from vtools.cli.options import model_in_chans, preprocess_overrides, timm_model_kwargs
-from vtools.cli.train_flags import mixup_requested
 from vtools.data.balanced_sampling import BalancedEpochSampler
 from vtools.data.datasets import refuse_known_bad
 from vtools.data.decode import bad_image_handler
@@ -30,6 +28,7 @@ from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.data.stream_batches import StreamOrder, stream_loader
 from vtools.data.train_augment import fuse
 from vtools.data.transforms import data_config_for, eval_transform, image_mode
+from vtools.derived_options import mixup_requested, model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.errors import UsageError
 from vtools.evaluation.model_flags import check_input_mode
 from vtools.models.activation_memory import activation_bytes_per_image, training_state_bytes

@@ -21,8 +21,8 @@ from timm.optim import create_optimizer_v2, get_optimizer_info, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import ModelEmaV3
 
-from vtools.cli.train_flags import mixup_requested
 from vtools.data import augment_ops
+from vtools.derived_options import mixup_requested
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
 from vtools.train.job import AugmentOptions, OptimOptions

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from vtools.atomic import atomic_write_text
-from vtools.cli.flag_values import interval_seconds
+from vtools.derived_options import interval_seconds
 from vtools.runtime.distributed import any_rank
 from vtools.train.checkpoint import CheckpointManager
 from vtools.train.loop import EpochResult, UpdatePoint

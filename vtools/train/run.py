@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from timm.utils import distribute_bn
 
-from vtools.cli.options import model_in_chans, timm_model_kwargs
 from vtools.data.readers.registry import Source
 from vtools.data.readers.wds_stream import StreamLost
+from vtools.derived_options import model_in_chans, timm_model_kwargs
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult, evaluate
 from vtools.evaluation.multilabel_eval import ScoreLog, scored
