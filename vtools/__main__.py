@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "plot": "draw loss, top-1 and lr of one or several training runs into a PNG",
     "compare": "set class reports side by side (validate.py --report, a run's eval/): which classes changed",
     "parity": "run a model on two devices and name the first layer whose numbers differ beyond tolerance",
+    "avg-checkpoints": "average a run's best checkpoints into one set of weights (timm's avg_checkpoints.py)",
+    "clean-checkpoint": "a checkpoint's weights alone, hashed, for sharing (timm's clean_checkpoint.py)",
 }
 ALIASES = {"inference": "infer"}
 

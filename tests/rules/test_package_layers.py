@@ -144,7 +144,7 @@ def test_every_command_is_a_module_named_as_the_command() -> None:
     from vtools.__main__ import COMMANDS
 
     modules = {path.stem for path in (REPO / "vtools" / "commands").glob("*.py")} - {"__init__"}
-    assert modules == set(COMMANDS)
+    assert modules == {command.replace("-", "_") for command in COMMANDS}
 
 
 PROBE = """

@@ -41,7 +41,7 @@ def command_main(name: str) -> Callable[[list[str] | None], int | None]:
         flags = PARSED_FIRST.get(name)
         options = importlib.import_module(flags).parse(argv) if flags else None
         import_torch()
-        command = importlib.import_module(f"vtools.commands.{name}")
+        command = importlib.import_module(f"vtools.commands.{name.replace('-', '_')}")  # avg-checkpoints
         return command.main(argv) if options is None else command.run(options)
 
     return main

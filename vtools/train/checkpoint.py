@@ -134,7 +134,9 @@ class CheckpointManager:
         improved = metric is not None and self.is_better(metric)
         if improved:
             self.best_metric, self.best_epoch = metric, epoch
-        snapshot = host_copy({**state, "best_metric": self.best_metric, "best_epoch": self.best_epoch})
+        # "metric": the epoch's own, as timm's CheckpointSaver records it (its avg_checkpoints.py ranks by it)
+        scores = {"best_metric": self.best_metric, "best_epoch": self.best_epoch}
+        snapshot = host_copy({**state, **scores, **({"metric": metric} if metric is not None else {})})
         self._writer = threading.Thread(
             target=self._write_in_background,
             name="checkpoint-writer",

@@ -1,0 +1,76 @@
+"""``vtools clean-checkpoint``: a training checkpoint's weights alone, for sharing (timm's clean_checkpoint.py).
+
+Keeps the state dict (the EMA weights where the checkpoint has them, unless --no-use-ema), drops the
+optimizer, scheduler and every other entry, removes DDP and torch.compile prefixes and, with
+--clean-aux-bn, split-BN training's auxiliary layers, and writes the rest as timm does: named after
+--output (or, without it, after the checkpoint, in the current folder) with the first 8 hex digits of
+the file's SHA-256 appended unless --no-hash, as .pth or, with --safetensors, .safetensors.
+
+Examples:
+  vtools clean-checkpoint --checkpoint runs/my-run/model_best.pth.tar --output resnet50-mine.pth
+  vtools clean-checkpoint --checkpoint runs/my-run/model_best.pth.tar --safetensors --no-hash
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from vtools.cli.parser import OneLineParser
+from vtools.errors import UsageError
+from vtools.models.checkpoint_weights import (
+    checkpoint_weights,
+    read_training_checkpoint,
+    sha256_of,
+    without_aux_bn,
+    write_weights,
+)
+from vtools.outputs import Output, check_outputs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="vtools clean-checkpoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--checkpoint", default="", metavar="PATH", help="the training checkpoint to clean")
+    parser.add_argument("--output", default="", metavar="PATH", help="name (and folder) of the cleaned file")
+    parser.add_argument("--no-use-ema", action="store_true", help="the plain weights even where EMA weights exist")
+    parser.add_argument("--no-hash", action="store_true", help="no SHA-256 digits in the file name")
+    parser.add_argument("--clean-aux-bn", action="store_true", help="drop split-BN training's aux_bn layers")
+    parser.add_argument("--safetensors", action="store_true", help="write safetensors instead of torch.save")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    checkpoint = Path(args.checkpoint)
+    if not args.checkpoint or not checkpoint.is_file():
+        raise UsageError(f"--checkpoint {args.checkpoint or '(none given)'}: no such file")
+    if args.output and Path(args.output).exists():
+        raise UsageError(f"--output {args.output} already exists: give a new name")
+    folder, stem, extension = output_parts(checkpoint, args.output, args.safetensors)
+    check_outputs([("--checkpoint", checkpoint)], [Output("--output", folder / f"{stem}{extension}")])
+    state = checkpoint_weights(read_training_checkpoint(checkpoint), checkpoint, not args.no_use_ema)
+    if args.clean_aux_bn:
+        state = without_aux_bn(state)
+    staging = folder / f".{stem}.cleaning"
+    write_weights(state, staging, args.safetensors)
+    digest = sha256_of(staging)
+    final = folder / (f"{stem}{extension}" if args.no_hash else f"{stem}-{digest[:8]}{extension}")
+    if final.exists():
+        staging.unlink()
+        raise UsageError(f"{final} already exists: give another --output")
+    os.replace(staging, final)
+    print(f"wrote {final} ({len(state)} tensors, sha256 {digest})")
+    return 0
+
+
+def output_parts(checkpoint: Path, output: str, safetensors: bool) -> tuple[Path, str, str]:
+    """(folder, name stem, extension) of the cleaned file, as timm names it: --output's, else the
+    checkpoint's name less its last extension, in the current folder."""
+    default_extension = ".safetensors" if safetensors else ".pth"
+    if output:
+        stem, extension = os.path.splitext(Path(output).name)
+        return Path(output).parent, stem, extension or default_extension
+    return Path("."), os.path.splitext(checkpoint.name)[0], default_extension
