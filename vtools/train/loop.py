@@ -49,6 +49,7 @@ class StopRequest:
         self._previous: dict[int, Any] = {}
         self._shielded = False
         self._signalled = False  # this process got a signal itself (not only another rank's, by agreement)
+        self._streams: tuple[Any, Any] | None = None
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is not threading.main_thread():  # vtools.fit() from a thread
@@ -63,11 +64,15 @@ class StopRequest:
             if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
                 continue  # started under nohup: a closing terminal must not stop the run
             self._previous[sig] = signal.signal(sig, self._handle)
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = SurvivesHangUp(sys.stdout), SurvivesHangUp(sys.stderr)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._streams:
+            sys.stdout, sys.stderr = self._streams
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """A process's first signal asks for a checkpoint, even when another rank's stop was agreed before
@@ -122,6 +127,37 @@ def leave_hung_up_terminal() -> None:
                     os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+class SurvivesHangUp:
+    """A text stream whose writes outlive a terminal that hung up. The kernel fails writes to a closed
+    terminal (EIO) at once, while the SIGHUP it sends runs its Python handler only at the main thread's
+    next instruction: a print or a progress-bar refresh in between would end the run with a traceback
+    (exit 1) before it saves its checkpoint. Such a write sends the terminal's streams to /dev/null, as
+    the handler does, and is dropped; everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            if err.errno != errno.EIO:
+                raise
+            leave_hung_up_terminal()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            if err.errno != errno.EIO:
+                raise
+            leave_hung_up_terminal()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def exit_code(signal_name: str | None) -> int:
