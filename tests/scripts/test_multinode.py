@@ -10,6 +10,7 @@ itself, which on one host with one command line changes nothing).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -84,17 +85,15 @@ def two_agents(kind: str, train: list[str], logs: Path, timeout: float = 300) ->
 @pytest.fixture(scope="module")
 def one_agent_run(fashion4: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """The folder of a run of one agent with two processes, per device type (made once for the module)."""
-    runs: dict[str, Path] = {}
 
+    @functools.cache
     def run(device_type: str) -> Path:
-        if device_type not in runs:
-            out = tmp_path_factory.mktemp(f"one_agent_{device_type}")
-            train = train_args(fashion4, out, "one", *FLAGS, *device_flags(device_type))
-            port = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-            proc = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", *port, *train], env=ENV)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            runs[device_type] = out / "one"
-        return runs[device_type]
+        out = tmp_path_factory.mktemp(f"one_agent_{device_type}")
+        train = train_args(fashion4, out, "one", *FLAGS, *device_flags(device_type))
+        port = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+        proc = run_script(["-m", "torch.distributed.run", "--nproc-per-node", "2", *port, *train], env=ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out / "one"
 
     return run
 
