@@ -55,14 +55,15 @@ def read_checkpoint(
     return _select_weights(checkpoint, path, use_ema), data_config if isinstance(data_config, dict) else None
 
 
-def safe_load(path: Path, device: torch.device | str = "cpu") -> Any:
+def safe_load(path: Path, device: torch.device | str = "cpu", mmap: bool = False) -> Any:
     """``torch.load`` with ``weights_only=True`` (and timm's harmless checkpoint types allowed): a file that
-    would run code is refused, and one that is not a checkpoint is a one-line :class:`UsageError`."""
+    would run code is refused, and one that is not a checkpoint is a one-line :class:`UsageError`. ``mmap``:
+    tensors are read from the file only when used (host memory; a metric read then skips the weights)."""
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
             warnings.simplefilter("ignore")
             with torch.serialization.safe_globals(timm_checkpoint_globals()):
-                return torch.load(path, map_location=device, weights_only=True)
+                return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise unpickling_error(path, err) from err
     except Exception as err:  # truncated, not a zip, wrong magic: all mean "not a checkpoint"

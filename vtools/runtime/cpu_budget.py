@@ -157,20 +157,19 @@ def setup_cpu_budget(
         share = len(bound)
     else:
         share = max(1, len(cores) // local_ranks)
-    budget = plan(device.type, share, workers, threads, _busy_share(threads, bound, cores, local_ranks))
+    budget = plan(device.type, share, workers, threads, _busy_share(threads, cores, local_ranks))
     _set_threads(budget.threads, budget.interop_threads)
     affinity = f"{affinity_env}={os.environ[affinity_env]} binds the backend's threads" if backend_binds else ""
     return replace(budget, bound=bound, affinity=affinity, kept_freed_memory=keep_freed_host_memory())
 
 
-def _busy_share(threads: int | None, bound: tuple[int, ...] | None, cores: list[int], local_ranks: int) -> float:
+def _busy_share(threads: int | None, cores: list[int], local_ranks: int) -> float:
     """Cores of this process's share that other processes keep busy; 0 where the thread count is given,
-    and where unbound ranks of one job share the cores (each would count its siblings' start-up)."""
-    if threads is not None or os.environ.get("OMP_NUM_THREADS", "").isdigit():
+    and where ranks of one job share the host (they start together: each would count its siblings'
+    start-up, bound or not, as their imports ran before any binding)."""
+    if threads is not None or os.environ.get("OMP_NUM_THREADS", "").isdigit() or local_ranks > 1:
         return 0.0
-    if bound is None and local_ranks > 1:
-        return 0.0
-    busy = busy_elsewhere(list(bound or cores))
+    busy = busy_elsewhere(cores)
     return 0.0 if busy is None else round(busy, 1)
 
 
