@@ -23,6 +23,11 @@ from typing import Any
 # no result (same threads, same split of the work); set before torch loads OpenMP, inherited by every
 # script a test starts. An environment that sets it keeps its own. docs/testing.md has the measurement.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One intra-op thread in every test process and script, unless a test clears it: the cpu budget runs fewer
+# threads on a busy host (vtools/runtime/host_load.py), and a suite on two cores is always busy, so two runs a
+# test compares bit for bit could otherwise sum in different orders (seen: wds against folder training, 1 thread
+# against 2). The tests of the default budget clear it (tests/runtime/test_cpu_budget.py, test_host_load.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
