@@ -26,6 +26,7 @@ from tests.conftest import (
     train_args,
     write_model_folder,
 )
+from tests.terminal import close_terminal_after
 
 
 def _one_epoch(data: Path, out: Path, name: str, *extra: str) -> list[str]:
@@ -346,45 +347,13 @@ def test_a_folder_an_earlier_run_left_without_a_checkpoint_is_not_offered_to_con
     assert f"--resume auto: no checkpoint in {folder} yet, starting from scratch" in resumed.stdout
 
 
-HANG_UP_TERMINAL = (  # start the run with the pty on stdin as its controlling terminal, as a login shell does;
-    # SIGHUP back to its default, as there: a suite started under nohup would hand its children SIGHUP ignored
-    "import fcntl, os, signal, sys, termios; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
-    "fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.executable, sys.argv[1:])"
-)
-
-
 def _close_its_terminal_after_epoch_0(args: list[str], log: bool) -> tuple[int, str]:
-    """Run train.py ``args`` in a pseudo-terminal of its own, its progress bar (stderr) there and its lines
-    (stdout) too, or, with ``log``, into a pipe as into a log file; close the terminal once epoch 0 is
-    reported, as a user closes the window. Returns the exit code and the log."""
-    import pty
-
-    main, terminal = pty.openpty()
+    """Run train.py ``args`` in a terminal of its own (stdout there too, or with ``log`` into a log) and
+    close it once epoch 0 is reported. Returns the exit code and the log."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with subprocess.Popen(
-        [sys.executable, "-c", HANG_UP_TERMINAL, sys.executable, *args],
-        cwd=REPO,
-        env=env,
-        stdin=terminal,
-        stdout=subprocess.PIPE if log else terminal,
-        stderr=terminal,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        os.close(terminal)
-        seen = ""
-        while "epoch 0: train_loss" not in seen:
-            try:
-                chunk = proc.stdout.readline() if log else os.read(main, 1 << 16).decode(errors="replace")
-            except OSError:  # the run ended and closed the terminal's last handle
-                chunk = ""
-            if not chunk:
-                break
-            seen += chunk
-        os.close(main)  # the terminal window closes
-        out = proc.communicate(timeout=300)[0] or ""
+    code, seen, out = close_terminal_after([sys.executable, *args], "epoch 0: train_loss", log, env)
     assert "epoch 0: train_loss" in seen, seen[-2000:]
-    return proc.returncode, out
+    return code, out
 
 
 def test_a_terminal_that_closes_stops_the_run_with_a_checkpoint_to_continue(

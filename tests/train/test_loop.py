@@ -169,34 +169,14 @@ def test_a_write_between_a_hang_up_and_its_handler_does_not_end_the_run() -> Non
     full suite): the run still stops as asked, with 129. The handler is held back here to make the
     window certain."""
     import os
-    import pty
-    import subprocess
     import sys
 
     from tests.conftest import REPO
-    from tests.scripts.test_run_safety import HANG_UP_TERMINAL
+    from tests.terminal import close_terminal_after
 
-    main, terminal = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HANG_UP_TERMINAL, sys.executable, "-c", WRITES_AFTER_THE_HANG_UP],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        start_new_session=True,
-    )
-    try:
-        os.close(terminal)
-        seen = b""
-        while b"ready" not in seen:
-            seen += os.read(main, 1024)
-        os.close(main)  # the terminal closes
-        code = proc.wait(timeout=120)  # a hang bound: the child writes twice and exits
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code, seen, _ = close_terminal_after([sys.executable, "-c", WRITES_AFTER_THE_HANG_UP], "ready", False, env)
+    assert "ready" in seen, seen
     assert code == 129
 
 
