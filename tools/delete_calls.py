@@ -62,7 +62,7 @@ SCOPE: dict[str, tuple[list[str], list[str]]] = {
     "vtools/cli/config.py": (
         ["*"],
         ["tests/cli/test_config.py", "tests/cli/test_timm_compat.py", "tests/cli/test_train_flags.py"]
-        + ["tests/train/test_job.py", "tests/data/test_augment_ops.py"],
+        + ["tests/options/test_train_job.py", "tests/data/test_augment_ops.py"],
     ),
     "vtools/train/run.py": (  # the epoch driver: its verbs are whole runs, so the scripts' tests state them
         ["TrainingRun.*", "set_up", "multi_label_metric", "resume_position", "open_data", "keep_global_batch"]

@@ -8,6 +8,7 @@ The packages are layers; a module imports from its own layer and the ones below,
     errors, optional, progress, atomic, run_ledger, derived_options, outputs, results
                   the base: errors, imports, files, what groups of option values amount to
     runtime/      devices, guarded torch import, AMP policy, cpu budget, torch.distributed
+    options/      each option declared once: the typed options the library takes, their flags and ranges
     cli/          argument parsing: shared flags, YAML run files, the command runner
     models/       timm models: creation, weights and checkpoints, model folders, ONNX models
     data/         decoding, datasets, loaders, sampling, readers/ (one per source kind), shard writer

@@ -170,11 +170,12 @@ def test_the_flags_choices_are_the_library_values() -> None:
     import torch
     from timm.utils import ParseKwargs
 
-    from vtools.cli import flag_values
+    from vtools.cli.parser import KeyValuePairs
     from vtools.data.decode import ON_BAD_IMAGE
     from vtools.evaluation.class_report import DEFAULT_BINS
     from vtools.evaluation.metrics import METRICS_AVERAGES
     from vtools.models.folder import LABEL_TYPES
+    from vtools.options import values as flag_values
     from vtools.runtime.amp import AMP_DTYPES
 
     assert flag_values.AMP_DTYPE_CHOICES == AMP_DTYPES
@@ -185,6 +186,6 @@ def test_the_flags_choices_are_the_library_values() -> None:
     assert all(getattr(torch, name).is_floating_point for name in flag_values.MODEL_DTYPES)
     given = ["drop_rate=0.1", "act=gelu", "sizes=[1, 2]", "name=a=b", ""]
     ours, timms = argparse.ArgumentParser(), argparse.ArgumentParser()
-    ours.add_argument("--kw", nargs="*", default={}, action=flag_values.KeyValuePairs)
+    ours.add_argument("--kw", nargs="*", default={}, action=KeyValuePairs)
     timms.add_argument("--kw", nargs="*", default={}, action=ParseKwargs)
     assert ours.parse_args(["--kw", *given]).kw == timms.parse_args(["--kw", *given]).kw

@@ -35,10 +35,10 @@ from vtools.cli.train_flags import build_parser
 from vtools.cli.typed import typed_options
 from vtools.data.sampling import EpochSampler, sample_seed
 from vtools.errors import UsageError
+from vtools.options.train_job import TrainJob
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_distillation, build_model
-from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents
 
 

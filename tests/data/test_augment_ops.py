@@ -142,7 +142,7 @@ def test_whole_training_transforms_run(aa: str, channels: int) -> None:
     (this test asks for no fixture that does)."""
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
-    from vtools.train.job import TrainJob
+    from vtools.options.train_job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--aa", aa])
@@ -166,7 +166,7 @@ def test_building_the_training_transform_registers_the_ops(timm_as_shipped: None
     it builds (each op keeps the function it found), and the transform pickles, for spawned workers."""
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
-    from vtools.train.job import TrainJob
+    from vtools.options.train_job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     assert not isinstance(auto_augment.NAME_TO_OP["PosterizeIncreasing"], augment_ops.FillMatched)

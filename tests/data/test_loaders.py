@@ -28,7 +28,7 @@ VAL = REPO / "data/fashion-mnist-mini/val"
 def _train_transform():
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
-    from vtools.train.job import TrainJob
+    from vtools.options.train_job import TrainJob
     from vtools.train.recipe import build_train_transform
 
     args = build_parser().parse_args(["--scale", "0.5", "1.0", "--hflip", "0.5", "--color-jitter", "0.4"])

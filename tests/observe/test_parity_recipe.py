@@ -18,11 +18,11 @@ from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.errors import RunFailed, UsageError
 from vtools.observe import parity, parity_recipe
+from vtools.options.train_job import TrainJob
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device
 from vtools.runtime.resolve import setup_runtime
 from vtools.train import recipe
-from vtools.train.job import TrainJob
 
 STEPS = 3
 BOTH = "compares the cpu with the emulated npu itself"

@@ -13,7 +13,7 @@ from vtools.observe.mlflow_tracker import RUN_ID_TAG, MlflowTracker, MlflowValid
 from vtools.observe.run_trackers import training_trackers, validation_trackers
 from vtools.observe.tracking import TRACKING_FILE, RunEnd
 from vtools.observe.wandb_tracker import WANDB_FOLDER, WandbTracker
-from vtools.train.job import TrainJob
+from vtools.options.train_job import TrainJob
 from vtools.train.run_lock import owned_folder
 
 pytestmark = pytest.mark.cpu_only(reason="the trackers run on the host whatever the device")

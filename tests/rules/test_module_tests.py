@@ -25,7 +25,7 @@ TESTED_ELSEWHERE = {
     "vtools/run_ledger.py": "the ledger: tests/test_outputs.py (other runs' files), tests/scripts/test_run_safety.py",
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
-    "vtools/cli/flag_values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",
+    "vtools/options/values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",
     "vtools/cli/infer_flags.py": "inference.py's flags: tests/cli/test_eval_flags.py against timm's objects",
     "vtools/cli/options.py": "the shared flags: tests/cli/test_timm_compat.py compares them with timm's option list",
     "vtools/cli/parser.py": "one-line argparse errors: tests/scripts/test_one_line_errors.py",

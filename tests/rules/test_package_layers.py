@@ -26,6 +26,7 @@ LAYERS = (
         "vtools.results",
     ),
     ("vtools.runtime",),
+    ("vtools.options",),
     ("vtools.cli",),
     ("vtools.models",),
     ("vtools.data",),

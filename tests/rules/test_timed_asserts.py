@@ -20,7 +20,8 @@ CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time"
 BOUNDED_WAITS = {
     "tests/observe/test_mlflow_tracker.py::"
     "test_validation_with_no_server_writes_its_results_and_says_what_was_not_logged": (
-        "an unreachable tracking server must not stall validation past the tracker's own start bound (START_SECONDS)"
+        "an unreachable tracking server must not stall validation past the tracker's own start bound "
+        "(START_SECONDS) and two minutes for the validation on a loaded host"
     ),
     "tests/observe/test_tracking.py::test_a_start_that_never_returns_is_bounded_and_the_end_does_not_wait_for_it": (
         "a tracker whose start never returns is given up after 0.3 s; 5 s means it was not waited for"

@@ -28,9 +28,9 @@ from vtools.cli.typed import typed_options
 from vtools.errors import RunFailed
 from vtools.observe import env_report
 from vtools.observe.fallback import FallbackWatch
+from vtools.options.train_job import TrainJob
 from vtools.runtime import device as dev
 from vtools.runtime import preflight
-from vtools.train.job import TrainJob
 from vtools.train.recipe import build_optimizer
 
 SAMPLE_OP = "aten::isin.Tensor_Tensor_out"  # where the boxed fallback's sentence names its operator

@@ -19,9 +19,9 @@ from vtools.cli.typed import typed_options
 from vtools.data.datasets import ImageFiles
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.data.sampling import EpochSampler, SeededSamples
+from vtools.options.train_job import TrainJob
 from vtools.runtime.device import fused_optimizer
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager
-from vtools.train.job import TrainJob
 from vtools.train.recipe import build_optimizer, load_optimizer_state
 
 

@@ -25,9 +25,9 @@ from vtools.evaluation.loops import evaluate, predict
 from vtools.evaluation.predictions import PredictionLog
 from vtools.observe.mlflow_tracker import MlflowTracker
 from vtools.observe.tracking import RunEnd, TrackedRun, Trackers
+from vtools.options.train_job import TrainJob
 from vtools.runtime.amp import resolve_amp
 from vtools.train import recipe
-from vtools.train.job import TrainJob
 from vtools.train.loop import LogPoint, TrainComponents, train_one_epoch
 
 load_emulated_npu()

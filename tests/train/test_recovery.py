@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vtools.cli.flag_values import recovery_interval
 from vtools.derived_options import interval_seconds
+from vtools.options.values import recovery_interval
 from vtools.train.checkpoint import LAST, CheckpointManager, recovery_files
 from vtools.train.loop import UpdatePoint
 from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule, recovery_saver

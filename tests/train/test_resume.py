@@ -23,12 +23,12 @@ from vtools.cli.train_flags import build_parser
 from vtools.cli.typed import typed_options
 from vtools.data.loaders import Batch
 from vtools.errors import RunFailed, UsageError
+from vtools.options.train_job import TrainJob
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_components
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager, host_copy, load_training_state
-from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents, train_one_epoch
 from vtools.train.recovery import ProgressMark
 from vtools.train.resume import (

@@ -134,9 +134,9 @@ def test_a_batch_larger_than_the_set_is_fitted_and_returned() -> None:
     """fit_batch_to_set says the size to train with (pairs under mixup) and leaves the options as they are."""
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
+    from vtools.options.train_job import TrainJob
     from vtools.runtime.distributed import DistInfo
     from vtools.train.assemble import fit_batch_to_set
-    from vtools.train.job import TrainJob
 
     job = typed_options(TrainJob, build_parser().parse_args(["--mixup", "0.2"]))
     size, note = fit_batch_to_set(128, job.augment, 42, 7, DistInfo())
@@ -157,8 +157,8 @@ def test_an_elastic_restart_on_fewer_processes_keeps_the_global_batch_by_accumul
     from vtools.cli.options import resume_changeable
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
+    from vtools.options.train_job import TrainJob
     from vtools.runtime.distributed import DistInfo
-    from vtools.train.job import TrainJob
     from vtools.train.resume import SavedOptions
     from vtools.train.run import keep_global_batch
 

@@ -18,9 +18,9 @@ from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult
+from vtools.options.train_job import TrainJob
 from vtools.runtime.distributed import DistInfo
 from vtools.train.early_stop import EarlyStop
-from vtools.train.job import TrainJob
 from vtools.train.resume import SavedOptions
 from vtools.train.run import (
     EpochSettings,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vtools.train.job import TrainJob
+    from vtools.options.train_job import TrainJob
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,6 @@ def train_job(flags: list[str]) -> TrainJob:
     folder given as DIR is --data-dir then): the loaders and components the bench times are train.py's."""
     from vtools.cli import train_flags
     from vtools.cli.typed import typed_options
-    from vtools.train.job import TrainJob
+    from vtools.options.train_job import TrainJob
 
     return typed_options(TrainJob, train_flags.parse(flags))

@@ -11,7 +11,6 @@ from vtools.cli.eval_flags import (
     add_threshold,
     check_threshold,
 )
-from vtools.cli.flag_values import LABEL_TYPE_CHOICES
 from vtools.cli.options import (
     add_data_source_args,
     add_dataset_args,
@@ -22,6 +21,7 @@ from vtools.cli.options import (
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.errors import UsageError
+from vtools.options.values import LABEL_TYPE_CHOICES
 
 DESCRIPTION = """Top-k predictions of a timm model for a folder, glob, list file or single image, on any device.
 

@@ -2,22 +2,22 @@
 
 Each flag is added in one function here or in its script's flags module (vtools/cli/*_flags.py); where
 timm's scripts give a shared flag a different default or help, the function takes it as an argument.
-Nothing here imports torch (vtools/cli/flag_values.py says why).
+Nothing here imports torch (vtools/options/values.py says why).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from vtools.cli.flag_values import (
+from vtools.cli.parser import KeyValuePairs
+from vtools.cli.timm_compat import add_no_op, add_refused
+from vtools.options.values import (
     AMP_DTYPE_CHOICES,
     INTERPOLATIONS,
     ON_BAD_IMAGE_CHOICES,
-    KeyValuePairs,
     interpolation_name,
     model_dtype_name,
 )
-from vtools.cli.timm_compat import add_no_op, add_refused
 
 _MAY_CHANGE_ON_RESUME = "vtools_may_change_on_resume"
 

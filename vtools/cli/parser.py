@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import math
 import re
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from vtools.cli.timm_compat import check_refused
@@ -104,7 +106,7 @@ def check_values(args: argparse.Namespace) -> None:
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
             raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    for name in ("batch_size", "validation_batch_size", "img_size", "in_chans", "num_classes", "epochs"):
+    for name in ("batch_size", "img_size", "in_chans", "num_classes"):
         check_positive(getattr(args, name, None), "--" + name.replace("_", "-"))
     if getattr(args, "workers", None) is not None and args.workers < 0:
         raise UsageError(f"--workers must be 0 (load in the main process) or more, got {args.workers}")
@@ -162,3 +164,28 @@ def check_crop_pct(crop_pct: float | None) -> None:
 def check_positive(value: int | None, flag: str) -> None:
     if value is not None and value <= 0:
         raise UsageError(f"{flag} must be a positive integer, got {value}")
+
+
+class KeyValuePairs(argparse.Action):
+    """``KEY=VALUE ...`` into a dict, each value read as a Python literal where it is one (``drop_rate=0.1``
+    is a float) and kept as text otherwise: timm's ``timm.utils.ParseKwargs``, which imports torch."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        pairs: dict[str, Any] = {}
+        for item in values or ():
+            if not item:
+                continue
+            if "=" not in item:
+                raise argparse.ArgumentError(self, f"expected KEY=VALUE, got {item!r}")
+            key, text = item.split("=", 1)
+            try:
+                pairs[key] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                pairs[key] = text
+        setattr(namespace, self.dest, pairs)

@@ -2,7 +2,7 @@
 
 The Namespace stays the file format (timm's ``args.yaml`` must round-trip, defaults < YAML < flags), but no
 library function receives it: each declares the dataclass of the options it reads (``RuntimeOptions``
-beside ``setup_runtime``, the training job's concerns in ``vtools/train/job.py``), and a command builds
+beside ``setup_runtime``, the training job's concerns in ``vtools/options/train_job.py``), and a command builds
 those here by field name. A field the Namespace lacks is a programming error, not a user's.
 """
 

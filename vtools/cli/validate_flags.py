@@ -11,7 +11,6 @@ from vtools.cli.eval_flags import (
     add_threshold,
     check_threshold,
 )
-from vtools.cli.flag_values import CALIBRATION_BINS, METRICS_AVERAGE_CHOICES
 from vtools.cli.options import (
     add_data_source_args,
     add_dataset_args,
@@ -27,6 +26,7 @@ from vtools.cli.parser import OneLineParser, check_values
 from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.cli.tracking_flags import add_mlflow_args
 from vtools.errors import UsageError
+from vtools.options.values import CALIBRATION_BINS, METRICS_AVERAGE_CHOICES
 
 DESCRIPTION = """Top-1 / top-5 validation of timm models on any device.
 

@@ -43,13 +43,13 @@ from vtools.derived_options import model_in_chans, preprocess_overrides, timm_mo
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.observe import parity, parity_recipe
+from vtools.options.train_job import TrainJob
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.resolve import RuntimeOptions, setup_runtime
-from vtools.train.job import TrainJob
 
 TRAIN_FLAG = "--train"
 

@@ -37,6 +37,7 @@ from vtools.observe.report_plots import draw_report_or_why_not
 from vtools.observe.run_trackers import training_trackers
 from vtools.observe.tracking import TRACKING_FILE, RunEnd, Trackers
 from vtools.observe.wandb_tracker import WANDB_FOLDER
+from vtools.options.train_job import TrainJob
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
 from vtools.runtime.heartbeat import rank_heartbeat, report_progress
@@ -44,7 +45,6 @@ from vtools.runtime.resolve import Runtime, setup_runtime
 from vtools.train import recipe
 from vtools.train.assemble import Loaders
 from vtools.train.checkpoint import BEST, LAST, recovery_files
-from vtools.train.job import TrainJob
 from vtools.train.loop import EpochResult, LogPoint, StopRequest, exit_code
 from vtools.train.resume import RunFolder, SavedOptions, choose_run_folder
 from vtools.train.run import Say, TrainingRun, set_up, stop_check_every

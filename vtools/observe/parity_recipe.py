@@ -27,12 +27,12 @@ import torch
 from vtools.errors import UsageError
 from vtools.models.prepare import unwrap, use_channels_last
 from vtools.observe import parity
+from vtools.options.train_job import TrainJob
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.device import seed_everything
 from vtools.runtime.distributed import DistInfo
 from vtools.train import recipe
 from vtools.train.assemble import build_components, build_loaders, build_model, class_balance
-from vtools.train.job import TrainJob
 from vtools.train.loop import TrainComponents, train_one_epoch
 from vtools.train.run import TrainingData, open_data
 

@@ -13,7 +13,7 @@ from typing import Any
 from vtools.observe.mlflow_tracker import MlflowTracker, MlflowValidation
 from vtools.observe.tracking import START_SECONDS, TrackedRun, Tracker, Trackers, tracking_id
 from vtools.observe.wandb_tracker import WANDB_FOLDER, WandbTracker, files_folder
-from vtools.train.job import TrainJob
+from vtools.options.train_job import TrainJob
 from vtools.train.run_lock import FolderClaim
 
 RUN_TAGS = ("model", "dataset", "device")

@@ -34,12 +34,19 @@ from vtools.evaluation.model_flags import check_input_mode
 from vtools.models.activation_memory import activation_bytes_per_image, training_state_bytes
 from vtools.models.create import create_model
 from vtools.models.prepare import use_channels_last
+from vtools.options.train_job import (
+    AugmentOptions,
+    DataOptions,
+    DistillOptions,
+    DistributedOptions,
+    ModelOptions,
+    TrainJob,
+)
 from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
 from vtools.train import recipe
 from vtools.train.class_weights import class_counts, class_weights_for, rare_classes_note
-from vtools.train.job import AugmentOptions, DataOptions, DistillOptions, DistributedOptions, ModelOptions, TrainJob
 from vtools.train.loop import TrainComponents
 
 # a training set's decoded images (split among its loader processes) and a validation set's batches are

@@ -24,8 +24,8 @@ from timm.utils import ModelEmaV3
 from vtools.data import augment_ops
 from vtools.derived_options import mixup_requested
 from vtools.errors import UsageError
+from vtools.options.train_job import AugmentOptions, OptimOptions
 from vtools.runtime import device as dev
-from vtools.train.job import AugmentOptions, OptimOptions
 
 
 def scaled_lr(optim: OptimOptions, global_batch_size: int) -> float:

@@ -25,6 +25,7 @@ from vtools.atomic import atomic_write
 from vtools.errors import UsageError
 from vtools.models.prepare import unwrap
 from vtools.models.weights import check_state_dict_fits
+from vtools.options.train_job import RunOptions
 from vtools.outputs import Output, check_apart, prove_writable
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, broadcast_from_main, gather_objects
@@ -37,7 +38,6 @@ from vtools.train.checkpoint import (
     portable_rng,
     recovery_files,
 )
-from vtools.train.job import RunOptions
 from vtools.train.loop import EpochResult, TrainComponents
 from vtools.train.recipe import load_optimizer_state
 from vtools.train.run_lock import holds_ended_run, reserve_new_folder

@@ -4,7 +4,7 @@ on a signal, finish.
 commands/train.py calls them in this order and prints what they return, as torchvision's reference
 script keeps ``train_one_epoch``, ``evaluate`` and ``main`` apart. What watches the run from above this
 layer (TensorBoard, the profiler, the data-wait advice) is handed in as plain callables, so the verbs
-stay the same for any caller. :func:`set_up` takes the typed :class:`~vtools.train.job.TrainJob` the
+stay the same for any caller. :func:`set_up` takes the typed :class:`~vtools.options.train_job.TrainJob` the
 command built; the verbs read the few values of :class:`EpochSettings`.
 """
 
@@ -28,6 +28,7 @@ from vtools.evaluation.multilabel_eval import ScoreLog, scored
 from vtools.evaluation.predictions import PredictionLog
 from vtools.models.create import create_model
 from vtools.models.prepare import unwrap
+from vtools.options.train_job import ModelOptions, TrainJob
 from vtools.outputs import Output, prove_writable
 from vtools.runtime import device as dev
 from vtools.runtime.attempt_store import under_agent_store
@@ -46,7 +47,6 @@ from vtools.train.assemble import (
 )
 from vtools.train.checkpoint import CheckpointManager, load_training_state
 from vtools.train.early_stop import EarlyStop, early_stop_of
-from vtools.train.job import ModelOptions, TrainJob
 from vtools.train.loop import (
     EpochResult,
     LogPoint,

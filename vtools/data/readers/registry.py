@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -23,21 +22,14 @@ from vtools.data.readers.folder import labelled_images, resolve_split_dir
 from vtools.data.readers.label_file import find_label_file, read_label_file
 from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples, torchvision_dataset
 from vtools.errors import UsageError
-
-
-class DataFlags(Protocol):
-    """The data options every script shares, as parsed (or as typed options carrying the same names)."""
-
-    dataset: str
-    dataset_download: bool
-    input_key: str | None
-    target_key: str | None
+from vtools.options.train_job import DataOptions
 
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """:class:`DataFlags` as a command hands them over (``vtools.cli.typed.typed_options``) when its
-    own options carry no other data fields; field names are the flags' dests."""
+    """The data options every script shares, as validate.py and inference.py hand them over
+    (``vtools.cli.typed.typed_options``); train.py's :class:`~vtools.options.train_job.DataOptions` carries
+    the same fields among its own. Field names are the flags' dests."""
 
     dataset: str
     dataset_download: bool
@@ -59,7 +51,7 @@ class SourceRequest:
 
     @classmethod
     def for_split(
-        cls, flags: DataFlags, root: str, split: str, class_map: dict[str, int] | None = None
+        cls, flags: DatasetOptions | DataOptions, root: str, split: str, class_map: dict[str, int] | None = None
     ) -> SourceRequest:
         """The request the scripts' shared data flags make for ``split`` of ``root`` (each script decides
         which of DIR and --data-dir is its root)."""

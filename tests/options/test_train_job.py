@@ -1,4 +1,4 @@
-"""vtools/train/job.py: every train.py option is a field of exactly one concern of the typed TrainJob."""
+"""vtools/options/train_job.py: every train.py option is a field of exactly one concern of the typed TrainJob."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from vtools.cli.timm_compat import no_op_flags, refused_flags
 from vtools.cli.train_flags import build_parser, parse
 from vtools.cli.typed import option_names, typed_options
-from vtools.train.job import TrainJob
+from vtools.options.declare import declaration, declared_fields, default_of
+from vtools.options.train_job import TrainJob
 
 pytestmark = pytest.mark.cpu_only(reason="builds dataclasses from the parser; runs nothing on a device")
 
@@ -56,12 +57,26 @@ def test_each_option_belongs_to_one_concern() -> None:
     assert [name for name, count in counts.items() if count > 1] == []
 
 
-def test_concerns_are_frozen_and_declare_no_defaults() -> None:
-    """Defaults live in the flag definitions, once (the runtime's --workers, which parity.py lacks, aside)."""
+def test_concerns_are_frozen_and_only_declared_options_have_defaults() -> None:
+    """A default lives in one place: a train.py option's declaration here, a shared flag's definition in
+    vtools/cli/options.py (the runtime's --workers, which parity.py lacks, aside)."""
     for concern in concerns():
         assert concern.__dataclass_params__.frozen, concern.__name__
-        with_defaults = [f.name for f in dataclasses.fields(concern) if f.default is not dataclasses.MISSING]
-        assert with_defaults == (["workers"] if concern.__name__ == "RuntimeOptions" else []), concern.__name__
+        undeclared = [
+            f.name
+            for f in dataclasses.fields(concern)
+            if declaration(f) is None
+            and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+        ]
+        assert undeclared == (["workers"] if concern.__name__ == "RuntimeOptions" else []), concern.__name__
+
+
+def test_a_declared_option_parses_to_its_declared_default() -> None:
+    """The generated parser gives each declared field the field's own default: nothing restates it."""
+    parser = build_parser()
+    declared = {f.name: default_of(f) for concern in concerns() for f, _ in declared_fields(concern)}
+    assert len(declared) > 100
+    assert {name: parser.get_default(name) for name in declared} == declared
 
 
 def test_the_job_holds_the_parsed_values() -> None:
@@ -71,3 +86,17 @@ def test_the_job_holds_the_parsed_values() -> None:
     assert job.data.data_dir == "/data" and job.runtime.device == "auto"
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.optim.lr = 1.0  # type: ignore[misc]
+
+
+def test_the_development_guide_quotes_the_code() -> None:
+    """docs/development.md shows a real declaration and its consumer: each quoted block is in the named file."""
+    import re
+
+    from tests.conftest import REPO
+
+    guide = (REPO / "docs" / "development.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    sources = [REPO / "vtools" / "options" / "train_job.py", REPO / "vtools" / "train" / "run.py"]
+    assert len(blocks) == len(sources)
+    for block, source in zip(blocks, sources, strict=True):
+        assert block in source.read_text(), f"docs/development.md quotes code that {source.name} no longer has"

@@ -9,11 +9,10 @@ and the others listed in tests/cli/test_runner.py, which keeps each pair equal).
 from __future__ import annotations
 
 import argparse
-import ast
-from collections.abc import Sequence
-from typing import Any
 
 from vtools.derived_options import DURATION_UNITS
+
+KEY_VALUE_PAIRS = "key=value pairs"  # the argparse action (vtools.cli.parser.KeyValuePairs) of KEY=VALUE lists
 
 AMP_DTYPE_CHOICES = ("auto", "bfloat16", "float16")  # vtools.runtime.amp.AMP_DTYPES
 ON_BAD_IMAGE_CHOICES = ("error", "skip")  # vtools.data.decode.ON_BAD_IMAGE
@@ -72,28 +71,3 @@ def collective_seconds(text: str) -> float:
             f"invalid time {text!r}: give seconds from {low:.0f} to {high:.0f} (30 days), e.g. 600"
         )
     return value
-
-
-class KeyValuePairs(argparse.Action):
-    """``KEY=VALUE ...`` into a dict, each value read as a Python literal where it is one (``drop_rate=0.1``
-    is a float) and kept as text otherwise: timm's ``timm.utils.ParseKwargs``, which imports torch."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        pairs: dict[str, Any] = {}
-        for item in values or ():
-            if not item:
-                continue
-            if "=" not in item:
-                raise argparse.ArgumentError(self, f"expected KEY=VALUE, got {item!r}")
-            key, text = item.split("=", 1)
-            try:
-                pairs[key] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                pairs[key] = text
-        setattr(namespace, self.dest, pairs)

@@ -1,0 +1,102 @@
+"""An option declared once: a dataclass field that carries its flags, default, help, allowed values and
+whether a resumed run may change it.
+
+The typed options the library takes (vtools/options/train_job.py) are where an option is declared; the
+command line's parser (vtools/cli/declared.py) and the checks that the scripts and the Python API share read
+these fields, so a flag's spelling, default, range and resume rule cannot drift between copies. As
+transformers' ``HfArgumentParser`` does, the argparse details ride in the field's metadata; unlike it, the
+flags keep timm's exact spellings (aliases, ``nargs``, ``--no-*`` names), which are written out here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DECLARATION = "vtools_option"  # the metadata key of a declared field
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a run can use, beyond what the flag's type lets through; ``refusal`` words the one-line
+    error as ``--flag must be ..., got VALUE``."""
+
+    test: Callable[[Any], bool]
+    says: str  # what follows the flag: "must be 0 or more"
+
+    def refusal(self, flag: str, value: Any) -> str | None:
+        """The error for ``value`` given to ``flag``, or None when it is allowed (None values always are)."""
+        if value is None or self.test(value):
+            return None
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        return f"{flag} {self.says}, got {shown}"
+
+
+POSITIVE = Allowed(lambda v: v > 0, "must be a positive integer")
+ABOVE_ZERO = Allowed(lambda v: v > 0, "must be greater than 0")
+NOT_NEGATIVE = Allowed(lambda v: v >= 0, "must be 0 or more")
+FRACTION = Allowed(lambda v: 0 <= v <= 1, "must be from 0 to 1")
+AUG_REPEATS = Allowed(lambda v: v == 0 or v >= 1, "must be 0 (off) or at least 1")
+DROP_RATE = Allowed(lambda v: 0 <= v < 1, "must be from 0 up to (not including) 1")
+# timm parses one or more numbers for a range; its transforms need exactly two, low then high
+LOW_HIGH = Allowed(lambda v: len(v) == 2 and v[0] <= v[1], "takes two values, low and high")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """How a field is given on the command line: what the generated parser and checks read."""
+
+    flags: tuple[str, ...]
+    help: str
+    resume: bool  # a resumed run may give it another value than the run it continues
+    allowed: Allowed | None
+    argparse: dict[str, Any]  # what argparse needs beyond the field's type and default: nargs, choices, metavar...
+
+
+def option(
+    *flags: str,
+    default: Any,
+    help: str,  # noqa: A002 - argparse's own keyword
+    resume: bool = False,
+    allowed: Allowed | None = None,
+    **argparse_keywords: Any,
+) -> Any:
+    """A dataclass field declared as the command-line option ``flags``. The field's annotation gives the
+    value type (``bool`` is a switch, ``list[float]`` several numbers); ``argparse_keywords`` add what the
+    annotation cannot say (``nargs``, ``choices``, ``metavar``, a parsing ``type`` or ``action``)."""
+    declaration = Declaration(flags, help, resume, allowed, argparse_keywords)
+    metadata = {DECLARATION: declaration}
+    if isinstance(default, (list, dict)):  # a fresh copy per instance, as argparse gives each parse
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def declaration(field: dataclasses.Field) -> Declaration | None:
+    """``field``'s declaration, or None for a field another module's flag fills (a shared flag)."""
+    return field.metadata.get(DECLARATION)
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    """The declared default of ``field``, a fresh copy for lists and dicts."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def declared_fields(concern: type) -> list[tuple[dataclasses.Field, Declaration]]:
+    """The fields of the dataclass ``concern`` declared here, in declaration order."""
+    return [(field, found) for field in dataclasses.fields(concern) if (found := declaration(field)) is not None]
+
+
+def refusals(concern: type, values: Callable[[str], Any]) -> list[str]:
+    """The one-line errors for the declared fields of ``concern`` whose value (``values(name)``) is not
+    allowed, in declaration order."""
+    found = []
+    for field, declared in declared_fields(concern):
+        if declared.allowed is not None:
+            refusal = declared.allowed.refusal(declared.flags[0], values(field.name))
+            if refusal is not None:
+                found.append(refusal)
+    return found
