@@ -1,4 +1,4 @@
-"""Write tests/data/timm_options.json: every option of timm's train.py, validate.py and inference.py.
+"""Write tests/data/timm_options.json: every option of timm's train.py, validate.py, inference.py and benchmark.py.
 
 The list is read from timm's own scripts (their ``add_argument`` calls, parsed,
 never imported or run), so the compatibility test checks vtools against the
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = ("train.py", "validate.py", "inference.py")
+SCRIPTS = ("train.py", "validate.py", "inference.py", "benchmark.py")
 OUTPUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "timm_options.json"
 _ARITHMETIC = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Dict, ast.operator, ast.unaryop)
 

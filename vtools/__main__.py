@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "parity": "run a model on two devices and name the first layer whose numbers differ beyond tolerance",
     "avg-checkpoints": "average a run's best checkpoints into one set of weights (timm's avg_checkpoints.py)",
     "clean-checkpoint": "a checkpoint's weights alone, hashed, for sharing (timm's clean_checkpoint.py)",
+    "benchmark": "a model's images per second, step time and peak memory on a device (timm's benchmark.py)",
 }
 ALIASES = {"inference": "infer"}
 

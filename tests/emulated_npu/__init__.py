@@ -57,6 +57,9 @@ Environment:
                                torch_npu) or always (at every call)
   VTOOLS_EMU_NPU_FAULT_OP      e.g. "aten::addmm": that op's npu results are off by
   VTOOLS_EMU_NPU_FAULT_SCALE   this relative amount (default 0.01) (``faults.py``)
+  VTOOLS_EMU_NPU_SLOW_OP       e.g. "aten::addmm": each call returns at once but keeps the
+  VTOOLS_EMU_NPU_SLOW_MS       device busy this many ms more (default 20); synchronize and
+                               host reads wait for it, as on an NPU (``device_time.py``)
   VTOOLS_EMU_NPU_BUILD_DIR     build cache (default
                                ~/.cache/vtools/emulated_npu/<torch version>)
 The device count is read once per process, at first use.
@@ -106,11 +109,12 @@ def install() -> None:
         device._vtools_emulated = True
         torch._register_device_module(BACKEND_NAME, device)
     _patch_tensor_printing()
-    from . import fallbacks, faults  # Python kernels around the npu ones, only for the operators named
+    from . import device_time, fallbacks, faults  # Python kernels around the npu ones, only for the operators named
 
     device._chip()  # a bad VTOOLS_EMU_NPU_CHIP fails here
     fallbacks.install_from_env()
     faults.install_from_env()
+    device_time.install_from_env()
     if not hasattr(torch.Tensor, BACKEND_NAME):
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False

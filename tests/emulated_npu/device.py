@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from . import device_time
 from ._build import load_extension
 
 _C = load_extension()
@@ -130,10 +131,11 @@ class device:
 
 
 def synchronize(device: _DeviceLike = None) -> None:
-    """Wait for the device: every stream's deferred copies land."""
+    """Wait for the device: every stream's deferred copies land, every queued slow kernel has run."""
     index = _index(device)
     _check(index)
     _C.synchronize(index)
+    device_time.wait_idle()
 
 
 def _check(index: int) -> None:

@@ -53,6 +53,8 @@ from typing import Any
 
 import torch
 
+from . import device_time
+
 FALLBACK_ENV = "VTOOLS_EMU_NPU_FALLBACK_OPS"
 ANNOUNCE_ENV = "VTOOLS_EMU_NPU_FALLBACK_ANNOUNCE"
 ANNOUNCE_MODES = ("once", "always")
@@ -146,6 +148,8 @@ class _Hooks:
     # the device kernel's own refusal of some arguments: a predicate over the call's, then it runs on the host
     refuses: Callable[..., bool] | None = None
     fault_scale: float | None = None
+    device_ms: float | None = None  # device time each call queues (device_time.py); the call returns at once
+    waits_for_device: bool = False  # a host read: waits for queued device time first (device_time.py)
     calls: int = 0
 
 
@@ -223,9 +227,13 @@ def _make_kernel(hooks: _Hooks) -> Callable[..., Any]:
             _announce(announcement(hooks.op), "npu_cpu_fallback" if boxed else hooks.op.split("::")[1])
         elif hooks.refuses is not None and hooks.refuses(*args, **kwargs):
             _announce(MASKED_SOFTMAX_CONDITIONS, hooks.op.split("::")[1])
+        if hooks.waits_for_device:
+            device_time.wait_idle()
         result = hooks.original.call_boxed(keyset, *args, **kwargs)
         if hooks.fault_scale is not None:
             _perturb(result, hooks.fault_scale)
+        if hooks.device_ms is not None:
+            device_time.occupy(hooks.device_ms)
         return result
 
     return kernel
@@ -237,9 +245,12 @@ def hook(
     fallback: bool | None = None,
     fault_scale: float | None = None,
     refuses: Callable[..., bool] | None = None,
+    device_ms: float | None = None,
+    waits_for_device: bool | None = None,
 ) -> None:
     """Wrap ``op``'s npu kernel (once) and set what the wrapper does: announce a host fallback (at every call,
-    or for the calls ``refuses`` picks), and/or scale floating-point results by ``1 + fault_scale``."""
+    or for the calls ``refuses`` picks), scale floating-point results by ``1 + fault_scale``, queue
+    ``device_ms`` of device time per call, or wait for the queued device time first."""
     overload = resolve(op)
     op = _schema_name(overload)
     hooks = _STATE.hooks.get(op)
@@ -255,6 +266,10 @@ def hook(
         hooks.fault_scale = fault_scale
     if refuses is not None:
         hooks.refuses = refuses
+    if device_ms is not None:
+        hooks.device_ms = device_ms
+    if waits_for_device is not None:
+        hooks.waits_for_device = waits_for_device
 
 
 def unhook(op: str) -> None:

@@ -41,18 +41,9 @@ WORKERS_HELP = (
 )
 
 
-def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False) -> None:
-    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto); ``cpu_fallback``:
-    also --no-cpu-fallback (for the scripts that watch host fallbacks: vtools/observe/fallback.py)."""
-    group = parser.add_argument_group("device and precision")
-    if cpu_fallback:
-        group.add_argument(
-            "--no-cpu-fallback",
-            action="store_true",
-            default=False,
-            help="stop (exit 3) at the first operator the device backend runs on the host CPU instead "
-            "(without it such operators are counted and reported at the end)",
-        )
+def add_device_choice(group: argparse._ArgumentGroup) -> None:
+    """--device, --device-modules, --amp and --amp-dtype: the device and precision every command that runs
+    a model takes (vtools benchmark too)."""
     may_change_on_resume(
         group.add_argument(
             "--device",
@@ -80,6 +71,21 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
         help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
         "with a GradScaler (default: auto)",
     )
+
+
+def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False) -> None:
+    """--device, --device-modules, --amp, --amp-dtype (as in timm's scripts, plus auto); ``cpu_fallback``:
+    also --no-cpu-fallback (for the scripts that watch host fallbacks: vtools/observe/fallback.py)."""
+    group = parser.add_argument_group("device and precision")
+    if cpu_fallback:
+        group.add_argument(
+            "--no-cpu-fallback",
+            action="store_true",
+            default=False,
+            help="stop (exit 3) at the first operator the device backend runs on the host CPU instead "
+            "(without it such operators are counted and reported at the end)",
+        )
+    add_device_choice(group)
     group.add_argument(
         "--device-settings",
         action="store_true",
