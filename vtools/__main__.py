@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "avg-checkpoints": "average a run's best checkpoints into one set of weights (timm's avg_checkpoints.py)",
     "clean-checkpoint": "a checkpoint's weights alone, hashed, for sharing (timm's clean_checkpoint.py)",
     "benchmark": "a model's images per second, step time and peak memory on a device (timm's benchmark.py)",
+    "bulk": "validate.py or benchmark over a list of models, a process each, one results file (timm's bulk_runner.py)",
 }
 ALIASES = {"inference": "infer"}
 

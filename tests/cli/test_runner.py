@@ -89,6 +89,7 @@ OTHER_PROGRAMS = {
     "vtools/commands/avg_checkpoints.py": "timm's avg_checkpoints.py's options, by timm's names",
     "vtools/commands/bench.py": "python -m vtools bench's own options",
     "vtools/commands/benchmark.py": "timm's benchmark.py's options, by timm's names and defaults",
+    "vtools/commands/bulk.py": "timm's bulk_runner.py's options, by timm's names",
     "vtools/commands/clean_checkpoint.py": "timm's clean_checkpoint.py's options, by timm's names",
     "vtools/commands/compare.py": "python -m vtools compare's own options",
     "vtools/commands/env.py": "python -m vtools env's own options",

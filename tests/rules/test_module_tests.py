@@ -61,6 +61,7 @@ TESTED_ELSEWHERE = {
     "vtools/commands/avg_checkpoints.py": "tests/scripts/test_checkpoint_tools.py averages a real run's checkpoints",
     "vtools/commands/bench.py": "tests/bench/test_measure.py",
     "vtools/commands/benchmark.py": "tests/scripts/test_benchmark.py runs `vtools benchmark` on cpu and the npu",
+    "vtools/commands/bulk.py": "tests/scripts/test_bulk.py runs `vtools bulk` over benchmark and validate.py",
     "vtools/commands/clean_checkpoint.py": "tests/scripts/test_checkpoint_tools.py cleans a real run's checkpoint",
     "vtools/commands/compare.py": "tests/evaluation/test_class_report.py runs `vtools compare`",
     "vtools/commands/env.py": "tests/observe/test_env_report.py",
