@@ -15,7 +15,6 @@ The packages are layers; a module imports from its own layer and the ones below,
     evaluation/   the evaluation and prediction loops
     train/        the training loop, recipe, checkpoints, resume, run folder lock
     deploy/ observe/   ONNX export; curves, profiling, environment report, cpu fallbacks, parity
-    bench/        throughput measurement and its plain baseline
     commands/     one module per command, named as the command
     api, __main__    the Python API (fit, validate, predict) and the ``vtools`` command
 

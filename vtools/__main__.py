@@ -13,7 +13,6 @@ COMMANDS: dict[str, str] = {
     "train": "train a timm model from a YAML run file (train.py)",
     "validate": "top-1 / top-5 of models on a labelled set (validate.py)",
     "infer": "top-k predictions for images (inference.py)",
-    "bench": "measure train/validate/inference throughput against a plain baseline",
     "env": "print versions, devices, AMP policy and environment for bug reports",
     "export": "write a model as ONNX and check onnxruntime against PyTorch on real images",
     "shards": "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)",

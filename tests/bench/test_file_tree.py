@@ -1,4 +1,4 @@
-"""vtools/bench/file_tree.py: the scale task's trees hold what they say, are reused, and are made again
+"""benchmarks/file_tree.py: the scale task's trees hold what they say, are reused, and are made again
 when a build was interrupted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vtools.bench.file_tree import MARKER, classes_for, ensure_tree, tree_path
+from benchmarks.file_tree import MARKER, classes_for, ensure_tree, tree_path
 
 pytestmark = pytest.mark.cpu_only(reason="writes files; runs nothing on a device")
 

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks.command import build_parser
+from benchmarks.measure import measure
+from benchmarks.options import BenchOptions
 from tests.conftest import REPO, device_flags, run_script
-from vtools.bench.measure import measure
-from vtools.bench.options import BenchOptions
 from vtools.cli.typed import typed_options
-from vtools.commands.bench import build_parser
 
 
 def _options(argv: list[str]) -> BenchOptions:
@@ -36,8 +36,7 @@ def test_benchmark_report(tmp_path: Path) -> None:
     proc = run_script(
         [
             "-m",
-            "vtools",
-            "bench",
+            "benchmarks",
             "--model",
             "test_resnet",
             "--tasks",
@@ -188,8 +187,8 @@ def test_loader_ceiling_measures_train_pys_loader_and_timms(
     cut from the shipped photos."""
     import timm.data
 
-    from vtools.bench.loader_ceiling import measure_loader
-    from vtools.bench.photos import make_photo_set
+    from benchmarks.loader_ceiling import measure_loader
+    from benchmarks.photos import make_photo_set
     from vtools.data import train_augment, transforms
 
     if importlib.util.find_spec("sklearn") is None and importlib.util.find_spec("matplotlib") is None:
@@ -235,8 +234,8 @@ def test_onepass_model_alone_runs_the_epochs_steps(monkeypatch: pytest.MonkeyPat
     same flags, which timm's own train.py parses."""
     import vtools.evaluation.loops
     import vtools.train.loop
+    from benchmarks import onepass
     from tests.timm_reference import timm_parser
-    from vtools.bench import onepass
 
     seen: dict[str, list[int]] = {"train": [], "eval": []}
 

@@ -1,4 +1,4 @@
-"""vtools/bench/options.py: the bench's flags as its measurements take them."""
+"""benchmarks/options.py: the bench's flags as its measurements take them."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from benchmarks.command import build_parser
+from benchmarks.options import BenchOptions, train_job
 from tests.conftest import REPO, acting_dests
-from vtools.bench.options import BenchOptions, train_job
 from vtools.cli.typed import option_names, typed_options
-from vtools.commands.bench import build_parser
 
 pytestmark = pytest.mark.cpu_only(reason="compares dataclasses with the parser; runs nothing on a device")
 

@@ -1,4 +1,4 @@
-"""vtools/bench/reader_cost.py: its memory readings see memory that is planted (its figures themselves
+"""benchmarks/reader_cost.py: its memory readings see memory that is planted (its figures themselves
 are measured by the scale task, never asserted)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from benchmarks.reader_cost import private_bytes, worker_growth
 from tests.conftest import REPO
-from vtools.bench.reader_cost import private_bytes, worker_growth
 
 pytestmark = pytest.mark.cpu_only(reason="reads host process memory; runs nothing on a device")
 
@@ -19,7 +19,7 @@ MIB = 2**20
 def test_the_private_memory_reading_sees_an_allocation() -> None:
     """50 MiB written by a fresh process shows as at least 45 MiB of its private memory."""
     code = (
-        "from vtools.bench.reader_cost import private_bytes\n"
+        "from benchmarks.reader_cost import private_bytes\n"
         "before = private_bytes()\n"
         "held = b'\\x01' * (50 << 20)\n"
         "print((private_bytes() - before) / 2**20)\n"

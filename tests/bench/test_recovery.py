@@ -1,4 +1,4 @@
-"""vtools/bench/recovery.py: the recovery task's figures agree with each other (its speeds are measured,
+"""benchmarks/recovery.py: the recovery task's figures agree with each other (its speeds are measured,
 never asserted)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks.command import RECOVERY_COLUMNS, build_parser, main
+from benchmarks.measure import process_age
+from benchmarks.options import BenchOptions
+from benchmarks.recovery import WAYS, measure_recovery
 from tests.conftest import REPO, device_flags
-from vtools.bench.measure import process_age
-from vtools.bench.options import BenchOptions
-from vtools.bench.recovery import WAYS, measure_recovery
 from vtools.cli.typed import typed_options
-from vtools.commands.bench import RECOVERY_COLUMNS, build_parser, main
 from vtools.errors import UsageError
 
 TINY = [

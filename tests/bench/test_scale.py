@@ -1,4 +1,4 @@
-"""vtools/bench/scale.py: the scale task times a script to its first batch, computes its ratios, refuses
+"""benchmarks/scale.py: the scale task times a script to its first batch, computes its ratios, refuses
 bad sizes, and writes its table, CSV and plot end to end; the figures themselves are measured, never
 asserted."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmarks.command import main
+from benchmarks.file_tree import MARKER
+from benchmarks.scale import FIRST_BATCH, add_scale_ratios, first_batch, parse_sizes
 from tests.conftest import REPO
-from vtools.bench.file_tree import MARKER
-from vtools.bench.scale import FIRST_BATCH, add_scale_ratios, first_batch, parse_sizes
-from vtools.commands.bench import main
 from vtools.errors import UsageError
 
 pytestmark = pytest.mark.cpu_only(reason="measures host processes and files; runs nothing on a device")
@@ -62,7 +62,7 @@ def test_the_scale_task_end_to_end(tmp_path: Path) -> None:
     """Two tiny sizes through the bench command: the table, one CSV row per size and reader with
     positive figures, vtools' scripts to their first batch, and the plot."""
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "vtools", "bench", "--tasks", "scale", "--scale-sizes", "200,600"]
+    command = [sys.executable, "-m", "benchmarks", "--tasks", "scale", "--scale-sizes", "200,600"]
     command += ["--scale-trees", str(tmp_path / "trees"), "--scale-dir", str(out), "--device", "cpu"]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -85,9 +85,9 @@ FLAG = re.compile(r"^--?[A-Za-z][\w-]*$")
 # parsers of other programs, whose flags are theirs to name (they reuse vtools/cli/options.py's groups where
 # a flag means what it means in the scripts)
 OTHER_PROGRAMS = {
-    "vtools/bench/plain_loop.py": "the plain baseline: a stand-alone loop that shares no vtools code on purpose",
+    "benchmarks/plain_loop.py": "the plain baseline: a stand-alone loop that shares no vtools code on purpose",
     "vtools/commands/avg_checkpoints.py": "timm's avg_checkpoints.py's options, by timm's names",
-    "vtools/commands/bench.py": "python -m vtools bench's own options",
+    "benchmarks/command.py": "python3 -m benchmarks's own options",
     "vtools/commands/benchmark.py": "timm's benchmark.py's options, by timm's names and defaults",
     "vtools/commands/bulk.py": "timm's bulk_runner.py's options, by timm's names",
     "vtools/commands/clean_checkpoint.py": "timm's clean_checkpoint.py's options, by timm's names",

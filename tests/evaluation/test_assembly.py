@@ -16,7 +16,8 @@ from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.model_flags import ReadyOptions
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan
-from vtools.runtime.resolve import Runtime, RuntimeOptions
+from vtools.runtime.options import RuntimeOptions
+from vtools.runtime.resolve import Runtime
 
 
 def _options(**changes: object) -> EvalOptions:

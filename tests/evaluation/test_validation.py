@@ -12,7 +12,7 @@ from vtools.cli.validate_flags import build_parser
 from vtools.evaluation.assembly import EvalOptions
 from vtools.evaluation.model_flags import ReadyOptions
 from vtools.evaluation.validation import ValidationOptions
-from vtools.runtime.resolve import RuntimeOptions
+from vtools.runtime.options import RuntimeOptions
 
 pytestmark = pytest.mark.cpu_only(reason="compares dataclasses with the parser; runs nothing on a device")
 

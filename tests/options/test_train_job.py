@@ -96,7 +96,8 @@ def test_the_development_guide_quotes_the_code() -> None:
 
     guide = (REPO / "docs" / "development.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
-    sources = [REPO / "vtools" / "options" / "train_job.py", REPO / "vtools" / "train" / "run.py"]
+    sources = [REPO / "vtools" / "options" / "train_job.py", REPO / "vtools" / "train" / "early_stop.py"]
     assert len(blocks) == len(sources)
     for block, source in zip(blocks, sources, strict=True):
         assert block in source.read_text(), f"docs/development.md quotes code that {source.name} no longer has"
+    assert "job.run.early_stop_min_delta" in (REPO / "vtools" / "train" / "run.py").read_text()

@@ -42,6 +42,7 @@ TESTED_ELSEWHERE = {
     "vtools/data/readers/folder.py": "tests/data/readers/test_registry_labels.py and test_scan.py",
     "vtools/data/readers/torchvision.py": "tests/data/test_datasets.py and tests/scripts/test_sources.py",
     "vtools/evaluation/speed.py": "timed by tests/scripts/test_benchmark.py on cpu and the emulated npu",
+    "vtools/runtime/options.py": "a dataclass: tests/options/test_train_job.py fills it",
     "vtools/evaluation/model_flags.py": "timm's evaluation model flags: tests/cli/test_eval_flags.py",
     "vtools/evaluation/predictions.py": "tests/evaluation/test_class_report.py collects them on every device",
     "vtools/evaluation/report_compare.py": "tests/evaluation/test_class_report.py compares two reports",
@@ -54,12 +55,12 @@ TESTED_ELSEWHERE = {
     "vtools/observe/figures.py": "tests/observe/test_curves.py draws them",
     "vtools/observe/profiling.py": "tests/scripts/test_profile.py",
     "vtools/observe/report_plots.py": "tests/evaluation/test_class_report.py draws them",
-    "vtools/bench/loader_ceiling.py": "tests/bench/test_measure.py runs every bench task",
-    "vtools/bench/onepass.py": "tests/bench/test_measure.py runs every bench task",
-    "vtools/bench/photos.py": "tests/bench/test_measure.py runs every bench task",
-    "vtools/bench/plain_loop.py": "tests/bench/test_measure.py runs every bench task",
+    "benchmarks/loader_ceiling.py": "tests/bench/test_measure.py runs every bench task",
+    "benchmarks/onepass.py": "tests/bench/test_measure.py runs every bench task",
+    "benchmarks/photos.py": "tests/bench/test_measure.py runs every bench task",
+    "benchmarks/plain_loop.py": "tests/bench/test_measure.py runs every bench task",
     "vtools/commands/avg_checkpoints.py": "tests/scripts/test_checkpoint_tools.py averages a real run's checkpoints",
-    "vtools/commands/bench.py": "tests/bench/test_measure.py",
+    "benchmarks/command.py": "tests/bench/test_measure.py",
     "vtools/commands/benchmark.py": "tests/scripts/test_benchmark.py runs `vtools benchmark` on cpu and the npu",
     "vtools/commands/bulk.py": "tests/scripts/test_bulk.py runs `vtools bulk` over benchmark and validate.py",
     "vtools/commands/clean_checkpoint.py": "tests/scripts/test_checkpoint_tools.py cleans a real run's checkpoint",
@@ -75,14 +76,29 @@ TESTED_ELSEWHERE = {
 }
 
 
+# the source folders and where their mirrored tests live: benchmarks/ (outside the package) in tests/bench/
+TEST_FOLDERS = {"vtools": Path(), "benchmarks": Path("bench")}
+
+
 def modules(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in (root / "vtools").rglob("*.py") if p.name != "__init__.py")
+    return sorted(
+        p.relative_to(root).as_posix()
+        for source in TEST_FOLDERS
+        for p in (root / source).rglob("*.py")
+        if p.name != "__init__.py" and (p.name != "__main__.py" or source == "vtools")
+    )
+
+
+def folder_of_tests(module: str) -> Path:
+    """Where ``module``'s tests live, relative to tests/: vtools/a/b.py in a/, benchmarks/b.py in bench/."""
+    path = Path(module)
+    return TEST_FOLDERS[path.parts[0]] / Path(*path.parts[1:-1])
 
 
 def mirrored_tests(module: str, root: Path) -> list[str]:
-    """The mirrored test files of ``vtools/<package>/<module>.py``."""
+    """The mirrored test files of ``vtools/<package>/<module>.py`` (or ``benchmarks/<module>.py``)."""
     path = Path(module)
-    folder = root / "tests" / Path(*path.parts[1:-1])
+    folder = root / "tests" / folder_of_tests(module)
     stem = f"test_{path.stem}"
     return sorted(p.name for p in folder.glob(f"{stem}*.py") if p.stem == stem or p.stem.startswith(stem + "_"))
 
@@ -100,7 +116,7 @@ def unmapped(root: Path, reasons: dict[str, str]) -> list[str]:
         f"{m}: listed with a reason but it has a test file" for m in reasons if m in found and mirrored_tests(m, root)
     ]
     problems += [f"{m}: listed but not a module" for m in reasons if m not in found]
-    stems = {str(Path(*Path(m).parts[1:-1], Path(m).stem)) for m in found}
+    stems = {str(folder_of_tests(m) / Path(m).stem) for m in found}
     for test in sorted((root / "tests").rglob("test_*.py")):
         rel = test.relative_to(root / "tests")
         if rel.parts[0] in NOT_PACKAGE_FOLDERS and len(rel.parts) > 1:
@@ -112,7 +128,7 @@ def unmapped(root: Path, reasons: dict[str, str]) -> list[str]:
             if Path(s).parent == rel.parent and (name == Path(s).name or name.startswith(Path(s).name + "_"))
         ]
         if not owners:
-            problems.append(f"tests/{rel.as_posix()}: named after no module of vtools/{rel.parent.as_posix()}")
+            problems.append(f"tests/{rel.as_posix()}: named after no module of its folder")
     return problems
 
 
@@ -130,13 +146,13 @@ def test_the_check_finds_a_module_without_tests(tmp_path: Path) -> None:
     (tmp_path / "tests" / "train" / "test_resume_state.py").write_text("")
     (tmp_path / "tests" / "train" / "test_stray.py").write_text("")
     assert unmapped(tmp_path, {"vtools/train/lock.py": "elsewhere"}) == [
-        "tests/train/test_stray.py: named after no module of vtools/train"
+        "tests/train/test_stray.py: named after no module of its folder"
     ]
     assert unmapped(tmp_path, {}) == [
         "vtools/train/lock.py: no tests/…/test_lock.py and no reason",
-        "tests/train/test_stray.py: named after no module of vtools/train",
+        "tests/train/test_stray.py: named after no module of its folder",
     ]
     assert unmapped(tmp_path, {"vtools/train/loop.py": "x", "vtools/train/lock.py": "y"}) == [
         "vtools/train/loop.py: listed with a reason but it has a test file",
-        "tests/train/test_stray.py: named after no module of vtools/train",
+        "tests/train/test_stray.py: named after no module of its folder",
     ]

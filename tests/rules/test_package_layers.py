@@ -33,7 +33,6 @@ LAYERS = (
     ("vtools.evaluation",),
     ("vtools.train",),
     ("vtools.deploy", "vtools.observe"),
-    ("vtools.bench",),
     ("vtools.commands",),
     ("vtools.api", "vtools.__main__"),
 )
@@ -118,8 +117,6 @@ def test_the_layer_rules_catch_an_upward_import_and_a_cycle() -> None:
 # the command line is read in cli/ and turned into options at the command edge (commands/, the API, the
 # `vtools` dispatcher); the library below takes typed options and never reaches back into argument parsing
 READS_THE_COMMAND_LINE = ("vtools.cli", "vtools.commands", "vtools.api", "vtools.__main__")
-# the bench builds train.py's job from train.py command lines in its child processes (issue 54 moves it out)
-CLI_EXCEPTIONS = {"vtools.bench.options": "parses train.py command lines for the bench's child processes"}
 
 
 def cli_importers(graph: dict[str, set[str]]) -> list[str]:
@@ -128,7 +125,6 @@ def cli_importers(graph: dict[str, set[str]]) -> list[str]:
         f"{module} imports {target}"
         for module, targets in graph.items()
         if not any(module == edge or module.startswith(edge + ".") for edge in READS_THE_COMMAND_LINE)
-        and module not in CLI_EXCEPTIONS
         for target in sorted(targets)
         if target == "vtools.cli" or target.startswith("vtools.cli.")
     ]

@@ -155,6 +155,8 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
         words = words[:1] + words[3:]  # the script runs under the emulated npu with its own arguments
     if words[0] in ("python3", "python") and len(words) > 1 and words[1] in SCRIPTS:
         return SCRIPTS[words[1]], words[2:]
+    if words[0] in ("python3", "python") and words[1:3] == ["-m", "benchmarks"]:
+        return "benchmarks", words[3:]  # the development measurements, outside the package
     if words[0] in ("python3", "python") and words[1:3] == ["-m", "vtools"] and len(words) > 3:
         words = words[2:]
     if words[0] == "vtools" and len(words) > 1:
@@ -177,12 +179,14 @@ def _parse(command: str, argv: list[str]) -> bool:
             argv = argv[: index - 1] + argv[index + 1 :]
         parse_with_config(build_parser(), argv)
         return True
-    module = {"validate": "validate", "infer": "infer", "bench": "bench", "export": "export", "parity": "parity"}.get(
-        command
-    )
-    if module is None:  # env, shards, plot: no parser to call without running them
+    from vtools.__main__ import COMMANDS
+
+    if command != "benchmarks" and command not in COMMANDS:
         return False
-    build_parser = importlib.import_module(f"vtools.commands.{module}").build_parser
+    module = "benchmarks.command" if command == "benchmarks" else f"vtools.commands.{command.replace('-', '_')}"
+    build_parser = getattr(importlib.import_module(module), "build_parser", None)
+    if build_parser is None:  # env, shards, plot: no parser to call without running them
+        return False
     build_parser().parse_args(argv)
     return True
 
@@ -190,7 +194,9 @@ def _parse(command: str, argv: list[str]) -> bool:
 def test_doc_commands_run_after_the_readme_install() -> None:
     """The README installs requirements, not the package: a bare `vtools` would be "command not found", so every
     command the README and docs show runs as `python3 -m vtools ...` (or a root script)."""
-    bare = re.compile(r"(?:^|`)vtools (?:train|validate|infer|bench|env|export|shards|plot|compare|parity)\b", re.M)
+    bare = re.compile(
+        r"(?:^|`)vtools (?:train|validate|infer|env|export|shards|plot|compare|parity|benchmark|bulk)\b", re.M
+    )
     found = []
     for page in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
         text = page.read_text(encoding="utf-8")

@@ -696,7 +696,7 @@ ROWS = [
     *[
         Row(
             f"bench{flag}-0",
-            ["-m", "vtools", "bench", flag, "0"],
+            ["-m", "benchmarks", flag, "0"],
             2,
             [flag, "must be 1 or more"],
             cpu_only="the counts are refused before any device is resolved",
@@ -1756,7 +1756,7 @@ ROWS = [
     ),
     Row(
         "bench-output-inside-the-data",
-        ["-m", "vtools", "bench", "--data", "{tmp}/imgs", "--output", "{tmp}/imgs/bench.csv"],
+        ["-m", "benchmarks", "--data", "{tmp}/imgs", "--output", "{tmp}/imgs/bench.csv"],
         2,
         ["--output {tmp}/imgs/bench.csv is inside --data {tmp}/imgs"],
         setup=_images_copy,

@@ -94,7 +94,7 @@ def test_commands_work_from_any_folder(installed: Path, tmp_path: Path) -> None:
 def test_usage_and_unknown_command(installed: Path, tmp_path: Path) -> None:
     usage = _run(installed, [str(installed / "bin" / "vtools"), "--help"], tmp_path)
     assert usage.returncode == 0
-    for command in ("train", "validate", "infer", "bench", "env", "export", "shards", "plot"):
+    for command in ("train", "validate", "infer", "env", "export", "shards", "plot", "benchmark", "bulk"):
         assert f"  {command} " in usage.stdout
     wrong = _run(installed, [str(installed / "bin" / "vtools"), "valdate"], tmp_path)
     assert wrong.returncode == 2 and "did you mean validate?" in wrong.stderr

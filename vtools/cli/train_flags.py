@@ -170,7 +170,7 @@ def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
         "--save-images",
         action="store_true",
         default=False,
-        reason="vtools does not write batch images; look at the augmentation with python -m vtools bench "
+        reason="vtools does not write batch images; look at the augmentation with python3 -m benchmarks "
         "--profile, or with timm's transforms directly",
     )
     for flag, spec in {

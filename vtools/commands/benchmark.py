@@ -27,7 +27,8 @@ from vtools.errors import UsageError
 from vtools.evaluation.speed import BENCH_MODES, PRECISIONS, SpeedOptions, benchmark_model, macs_counter
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
-from vtools.runtime.resolve import RuntimeOptions, setup_runtime
+from vtools.runtime.options import RuntimeOptions
+from vtools.runtime.resolve import setup_runtime
 
 RESULT_FORMATS = ("csv", "json")  # timm's --results-format
 # the runtime options train.py has and timm's benchmark does not: its own defaults

@@ -31,7 +31,8 @@ from vtools.observe.profiling import StepProfiler
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import Runtime, RuntimeOptions, setup_runtime
+from vtools.runtime.options import RuntimeOptions
+from vtools.runtime.resolve import Runtime, setup_runtime
 
 CONSOLE_ROWS = 50
 

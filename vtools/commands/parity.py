@@ -49,7 +49,8 @@ from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import RuntimeOptions, setup_runtime
+from vtools.runtime.options import RuntimeOptions
+from vtools.runtime.resolve import setup_runtime
 
 TRAIN_FLAG = "--train"
 

@@ -45,7 +45,8 @@ from vtools.observe.tracking import Trackers
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
-from vtools.runtime.resolve import Runtime, RuntimeOptions, setup_runtime
+from vtools.runtime.options import RuntimeOptions
+from vtools.runtime.resolve import Runtime, setup_runtime
 
 CHECKPOINT_PATTERNS = ("*.pth.tar", "*.pth", "*.pt", "*.safetensors")
 REPORT_NAMES = (*report_file_names(1), CONFUSION_CELLS, CONFUSION_PNG, RELIABILITY_PNG)  # what --report writes

@@ -28,7 +28,7 @@ from vtools.options.declare import (
     POSITIVE,
     option,
 )
-from vtools.runtime.resolve import RuntimeOptions
+from vtools.runtime.options import RuntimeOptions
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from vtools.runtime.amp import AmpPolicy, resolve_amp
 from vtools.runtime.cpu_budget import CpuBudget, setup_cpu_budget
 from vtools.runtime.device import apply_tuning, resolve_device
 from vtools.runtime.distributed import adopt_srun_launch
+from vtools.runtime.options import RuntimeOptions
 
 
 @dataclass(frozen=True)
@@ -24,23 +25,6 @@ class Runtime:
     budget: CpuBudget
     model_dtype: torch.dtype | None = None  # --model-dtype: the weights' and the batches' dtype
     notes: tuple[str, ...] = ()  # preflight's notes (the chip and its precision, settings applied)
-
-
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """The flags :func:`setup_runtime` reads: device, precision, the cpu budget and speed switches."""
-
-    device: str  # a device spec: auto, cpu, cuda:1, npu, ...
-    device_modules: list[str] | None  # extra modules that register a device type
-    amp: bool
-    amp_dtype: str
-    threads: int | None
-    bind_cores: bool
-    device_settings: bool  # apply the chip's recommended settings
-    fast_norm: bool
-    model_dtype: str | None  # a torch dtype name for the weights and the batches
-    # parity.py builds no loader, so it has no --workers: the only field with a default
-    workers: int | None = None
 
 
 def setup_runtime(options: RuntimeOptions) -> Runtime:

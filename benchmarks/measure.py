@@ -1,8 +1,8 @@
 """Throughput measurement: each loop the scripts run, timed in a fresh process.
 
-``vtools bench`` (``vtools.commands.bench``) calls :func:`measure` once per task,
+``python3 -m benchmarks`` (``benchmarks.command``) calls :func:`measure` once per task,
 mode and source in a child process, so start-up and peak memory belong to that
-measurement alone; the plain baseline it compares with is ``vtools.bench.plain_loop``.
+measurement alone; the plain baseline it compares with is ``benchmarks.plain_loop``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vtools.bench.onepass import SCHEDULE_FLAGS
-from vtools.bench.options import BenchOptions
-from vtools.bench.plain_loop import baseline_batches, baseline_step, epochs_of
+from benchmarks.onepass import SCHEDULE_FLAGS
+from benchmarks.options import BenchOptions
+from benchmarks.plain_loop import baseline_batches, baseline_step, epochs_of
 
 TASKS = ("train", "validate", "inference", "recipe", "decode", "onepass", "loader", "recovery")
 
@@ -89,19 +89,19 @@ def measure(task: str, mode: str, source: str, options: BenchOptions) -> dict[st
     if task == "decode":
         return measure_decode(source, options)
     if task == "onepass":
-        from vtools.bench.onepass import measure_model_epoch
+        from benchmarks.onepass import measure_model_epoch
 
         return measure_model_epoch(options)
     if task == "recovery":  # the three ways in one process, alternated: a list of three rows
-        from vtools.bench.recovery import measure_recovery
+        from benchmarks.recovery import measure_recovery
 
         return measure_recovery(options, process_age)
     if task == "host-train":  # both loaders in one process, alternated: a list of two rows
-        from vtools.bench.loader_ceiling import measure_host_items
+        from benchmarks.loader_ceiling import measure_host_items
 
         return measure_host_items(options)
     if task.startswith("loader-"):
-        from vtools.bench.loader_ceiling import measure_loader
+        from benchmarks.loader_ceiling import measure_loader
 
         return measure_loader(mode, task.removeprefix("loader-"), options)
     device = dev.resolve_device(options.device, options.device_modules or ())
@@ -170,7 +170,7 @@ def _train_loop(
     workers: int,
 ) -> None:
     """train.py's own loaders and components (optimizer, schedule, loss, AMP) and its train_one_epoch."""
-    from vtools.bench.options import train_job
+    from benchmarks.options import train_job
     from vtools.runtime.distributed import DistInfo
     from vtools.train import assemble
     from vtools.train.loop import train_one_epoch
@@ -329,7 +329,7 @@ def measure_recipe(options: BenchOptions, precision: str, folder: Path) -> list[
     flags = recipe_flags(options, precision)
     commands = {
         "vtools": [sys.executable, "-m", "vtools", "train", options.data, *flags, "--output", str(folder)],
-        "baseline": [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", options.data, *flags],
+        "baseline": [sys.executable, "-m", "benchmarks.plain_loop", "--data-dir", options.data, *flags],
     }
     row = {"task": "recipe", "amp_dtype": precision, "epochs": options.recipe_epochs, "reference": "plain loop"}
     return whole_runs(options, commands, folder, _train_images(options.data) * options.recipe_epochs, row)
@@ -337,8 +337,8 @@ def measure_recipe(options: BenchOptions, precision: str, folder: Path) -> list[
 
 def measure_onepass(options: BenchOptions, folder: Path, argv: list[str]) -> list[dict[str, Any]]:
     """The model alone over one epoch's steps (a child process), then train.py against timm's way on one
-    pass over the folder (:mod:`vtools.bench.onepass`)."""
-    from vtools.bench.onepass import run_commands, split_counts
+    pass over the folder (:mod:`benchmarks.onepass`)."""
+    from benchmarks.onepass import run_commands, split_counts
 
     model = _run_one("onepass", "model", "folder", argv)
     model["amp_dtype"] = "float32"
@@ -364,7 +364,7 @@ def whole_runs(
     top1: dict[str, float] = {}
     for repeat in range(options.repeats):
         for mode, command in commands.items():
-            if "vtools.bench.plain_loop" in command:
+            if "benchmarks.plain_loop" in command:
                 command = [*command, "--output", str(folder / mode)]
             else:
                 command = [*command, "--experiment", mode]
@@ -420,7 +420,7 @@ def _final_top1(run: Path) -> float:
 
 
 def _run_one(task: str, mode: str, source: str, argv: list[str]) -> Any:
-    command = [sys.executable, "-m", "vtools", "bench", *argv, "--one", task, mode, source]
+    command = [sys.executable, "-m", "benchmarks", *argv, "--one", task, mode, source]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         from vtools.errors import UsageError

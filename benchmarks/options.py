@@ -1,6 +1,6 @@
-"""The bench's options as its measurements take them: ``python -m vtools bench``'s flags, typed and frozen.
+"""The bench's options as its measurements take them: ``python3 -m benchmarks``'s flags, typed and frozen.
 
-The bench parses its own command line (vtools/commands/bench.py) and builds :class:`BenchOptions`
+The bench parses its own command line (benchmarks/command.py) and builds :class:`BenchOptions`
 once (``vtools.cli.typed.typed_options``); every measurement, in the parent or in a child process,
 reads this object. Field names are the flags' dests; the defaults live only in the flag definitions.
 """

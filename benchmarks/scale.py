@@ -1,8 +1,8 @@
 """How the cost of the class-folder reader grows with the set: the bench's ``scale`` task.
 
-For each tree size (``--scale-sizes``; synthetic trees of tiny PNGs, vtools/bench/file_tree.py, kept in
+For each tree size (``--scale-sizes``; synthetic trees of tiny PNGs, benchmarks/file_tree.py, kept in
 ``--scale-trees``), vtools' folder reader (``open_source``) and timm's ``ImageDataset`` take turns, each
-in a fresh process (vtools/bench/reader_cost.py): scan seconds, the index's resident memory, a loader
+in a fresh process (benchmarks/reader_cost.py): scan seconds, the index's resident memory, a loader
 worker's private memory growth over one labels-only epoch, and (a second process) the Python heap
 the index holds. Then the scripts users run: ``train.py`` to its first training step and
 ``validate.py`` to its first progress line on the tree, in wall seconds, the main process's cpu
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vtools.bench.file_tree import ensure_tree
-from vtools.bench.options import BenchOptions
-from vtools.bench.reader_cost import READERS
+from benchmarks.file_tree import ensure_tree
+from benchmarks.options import BenchOptions
+from benchmarks.reader_cost import READERS
 
 # what each script prints once its first batch is done (log lines, as stdout is a pipe here)
 FIRST_BATCH = {
@@ -145,8 +145,8 @@ def _size_rows(
 
 
 def reader_figures(reader: str, tree: Path, heap: bool = False) -> dict[str, Any]:
-    """One reader's figures over ``tree``, from a fresh process (vtools/bench/reader_cost.py)."""
-    command = [sys.executable, "-m", "vtools.bench.reader_cost", reader, str(tree), *(["--heap"] if heap else [])]
+    """One reader's figures over ``tree``, from a fresh process (benchmarks/reader_cost.py)."""
+    command = [sys.executable, "-m", "benchmarks.reader_cost", reader, str(tree), *(["--heap"] if heap else [])]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         from vtools.errors import UsageError

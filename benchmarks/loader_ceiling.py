@@ -16,7 +16,7 @@ import resource
 import time
 from typing import Any
 
-from vtools.bench.options import BenchOptions
+from benchmarks.options import BenchOptions
 
 # timm's train.py defaults for the augmentation, spelled out: both loaders get exactly these
 TIMM_TRAIN_AUGMENTATION = {
@@ -75,8 +75,8 @@ def measure_loader(mode: str, split: str, options: BenchOptions) -> dict[str, An
 
 def _vtools_batches(split: str, options: BenchOptions, model: Any, device: Any, workers: int) -> Any:
     """train.py's loaders, from train.py's parser with timm's default augmentation."""
-    from vtools.bench.options import train_job
-    from vtools.bench.plain_loop import epochs_of
+    from benchmarks.options import train_job
+    from benchmarks.plain_loop import epochs_of
     from vtools.runtime.distributed import DistInfo
     from vtools.train import assemble
 
@@ -115,7 +115,7 @@ def _timm_batches(split: str, options: BenchOptions, model: Any, device: Any, wo
 
     from timm.data import create_dataset, create_loader, resolve_data_config
 
-    from vtools.bench.plain_loop import epochs_of
+    from benchmarks.plain_loop import epochs_of
 
     config = resolve_data_config({}, model=model)
     folder = Path(options.data) / ("train" if split == "train" else "val")

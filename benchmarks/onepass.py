@@ -8,7 +8,7 @@ alternated ``--repeats`` times by the bench:
   (probed on a few steps first); the time of those two loops only, in a child process;
 - vtools: ``train.py``, from launch to exit;
 - timm's way: timm's own ``train.py`` when ``--timm-train`` names one (a checkout of timm's scripts),
-  else the plain timm-style loop (vtools/bench/plain_loop.py), from launch to exit.
+  else the plain timm-style loop (benchmarks/plain_loop.py), from launch to exit.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import time
 from typing import Any
 
-from vtools.bench.options import BenchOptions
+from benchmarks.options import BenchOptions
 
 # the size and schedule the bench's whole runs share (the recipe task adds its augmentation overrides)
 SCHEDULE_FLAGS = (
@@ -65,7 +65,7 @@ def _model_seconds(options: BenchOptions, channels_last: bool, steps: int, val_b
     ``val_batches``."""
     import timm
 
-    from vtools.bench.options import train_job
+    from benchmarks.options import train_job
     from vtools.evaluation.loops import evaluate
     from vtools.runtime import device as dev
     from vtools.runtime.amp import resolve_amp
@@ -130,5 +130,5 @@ def run_commands(options: BenchOptions, folder: Any) -> dict[str, list[str]]:
     if options.timm_train:
         baseline = [sys.executable, options.timm_train, "--data-dir", options.data, *flags, "--output", str(folder)]
     else:
-        baseline = [sys.executable, "-m", "vtools.bench.plain_loop", "--data-dir", options.data, *flags]
+        baseline = [sys.executable, "-m", "benchmarks.plain_loop", "--data-dir", options.data, *flags]
     return {"vtools": vtools, "baseline": baseline}

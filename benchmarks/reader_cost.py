@@ -1,6 +1,6 @@
-"""What a class-folder reader's sample list costs one process: ``python -m vtools.bench.reader_cost``.
+"""What a class-folder reader's sample list costs one process: ``python -m benchmarks.reader_cost``.
 
-Run by the scale task (vtools/bench/scale.py) in a fresh process per reader and tree, so that the
+Run by the scale task (benchmarks/scale.py) in a fresh process per reader and tree, so that the
 memory measured is that one list's. For ``vtools`` (``open_source`` over the tree's train split) or
 ``timm`` (``timm.data.ImageDataset`` over the same folder), with torch, timm and vtools imported
 before any clock starts:

@@ -1,4 +1,4 @@
-"""The plain training loop ``vtools bench --tasks recipe`` measures vtools' train.py against.
+"""The plain training loop ``python3 -m benchmarks --tasks recipe`` measures vtools' train.py against.
 
 It does the work of timm's ``train.py`` the way that script does it, with no
 vtools code in the loop: a timm model, timm's training and eval transforms
@@ -32,14 +32,14 @@ from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.utils import accuracy
 
-from vtools.bench.options import BenchOptions
+from benchmarks.options import BenchOptions
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan, usable_cores
 from vtools.runtime.device import resolve_device
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vtools.bench.plain_loop", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plain_loop", description=__doc__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--img-size", type=int, default=None)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vtools.bench.onepass import ONEPASS_FLAGS, Repeated, resident_batch
-from vtools.bench.options import BenchOptions
+from benchmarks.onepass import ONEPASS_FLAGS, Repeated, resident_batch
+from benchmarks.options import BenchOptions
 from vtools.train.checkpoint import CheckpointManager, recovery_files
 
 WAYS = ("none", "recovery", "slow-disk")
@@ -82,7 +82,7 @@ class Way:
 def measure_recovery(options: BenchOptions, process_age: Callable[[], float]) -> list[dict[str, Any]]:
     """One row per way (see the module docstring); ``process_age`` tells the seconds this process has run
     (the bench's start-up clock)."""
-    from vtools.bench.options import train_job
+    from benchmarks.options import train_job
     from vtools.runtime import device as dev
     from vtools.runtime.amp import resolve_amp
     from vtools.runtime.cpu_budget import setup_cpu_budget

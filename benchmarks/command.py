@@ -1,4 +1,4 @@
-"""``python -m vtools bench``: throughput of train / validate / inference, vtools against a plain baseline.
+"""``python3 -m benchmarks``: throughput of train / validate / inference, vtools against a plain baseline.
 
 For each task it measures, each in a fresh process (so start-up and peak
 memory belong to that measurement alone), the loop the scripts run: train.py's
@@ -12,7 +12,7 @@ memory belong to that measurement alone), the loop the scripts run: train.py's
   ImageFolder and DataLoader, timm's transforms normalizing in the workers.
 
 The ``recipe`` task runs whole trainings (start-up to exit) of train.py and of
-a plain timm-style loop (vtools/bench/plain_loop.py) on the same timm flags, per
+a plain timm-style loop (benchmarks/plain_loop.py) on the same timm flags, per
 precision, alternating ``--repeats`` times, and reports the median wall time
 and the final top-1 of each. The ``onepass`` task does the same for one epoch
 over the whole folder with timm's default augmentation (every image decoded
@@ -27,12 +27,12 @@ ImageNet-sized JPEGs (``--photos``) or on ``--data``.
 The ``recovery`` task measures what recovery checkpoints cost a training step:
 train.py's loop on one resident batch with none, with one every ``--recovery-every``
 updates, and with those written to a throttled (slow) disk, alternated; and the
-seconds of work a fault still loses (vtools/bench/recovery.py).
+seconds of work a fault still loses (benchmarks/recovery.py).
 
 The ``scale`` task measures how the class-folder reader's cost grows with the number of files, vtools'
 against timm's ``ImageDataset``, on synthetic trees of ``--scale-sizes`` files: scan time, index
 memory, a loader worker's private memory growth over an epoch, and train.py's and validate.py's
-time and memory to their first batch (vtools/bench/scale.py).
+time and memory to their first batch (benchmarks/scale.py).
 
 ``--sources`` runs the ``vtools`` mode on the same images stored as a folder,
 as tar shards (``wds``) and as parquet (``parquet``), converted once for the
@@ -52,7 +52,7 @@ import json
 import sys
 from pathlib import Path
 
-from vtools.bench.measure import (
+from benchmarks.measure import (
     MODES,
     PRECISIONS,
     SOURCES,
@@ -65,17 +65,17 @@ from vtools.bench.measure import (
     measure_onepass,
     measure_recipe,
 )
-from vtools.bench.options import BenchOptions
+from benchmarks.options import BenchOptions
 from vtools.cli.typed import typed_options
 
-ALL_TASKS = (*TASKS, "scale")  # scale: measured by the parent, its children started by vtools/bench/scale.py
+ALL_TASKS = (*TASKS, "scale")  # scale: measured by the parent, its children started by benchmarks/scale.py
 
 
 def build_parser() -> argparse.ArgumentParser:
     from vtools.cli.parser import OneLineParser
 
     parser = OneLineParser(
-        prog="python -m vtools bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python3 -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     _add_workload_flags(parser)
     _add_task_flags(parser)
@@ -251,7 +251,7 @@ RECOVERY_COLUMNS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[2:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     _check_args(args)
     options = typed_options(BenchOptions, args)
@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     if recovery:
         print(format_table(recovery, RECOVERY_COLUMNS))
     if scale:
-        from vtools.bench.scale import COLUMNS as SCALE_COLUMNS
-        from vtools.bench.scale import write_scale
+        from benchmarks.scale import COLUMNS as SCALE_COLUMNS
+        from benchmarks.scale import write_scale
 
         print(format_table(scale, SCALE_COLUMNS))
         print(f"written to {', '.join(str(path) for path in write_scale(scale, Path(args.scale_dir)))}")
@@ -305,7 +305,7 @@ def _check_args(args: argparse.Namespace) -> None:
         if args.recovery_slow_disk <= 0:
             raise UsageError(f"--recovery-slow-disk must be above 0 MB/s, got {args.recovery_slow_disk:g}")
     if "scale" in args.tasks:
-        from vtools.bench.scale import parse_sizes
+        from benchmarks.scale import parse_sizes
 
         parse_sizes(args.scale_sizes)
 
@@ -337,7 +337,7 @@ def _measure_all(args: argparse.Namespace, options: BenchOptions, argv: list[str
         if "onepass" in args.tasks:
             rows += measure_onepass(options, Path(stores) / "onepass", [*argv, "--stores", stores])
     if "scale" in args.tasks:
-        from vtools.bench.scale import measure_scale
+        from benchmarks.scale import measure_scale
 
         rows += measure_scale(options)
     return rows
@@ -354,7 +354,7 @@ def _photo_data(task: str, args: argparse.Namespace, stores: Path) -> list[str]:
         return []
     folder = stores / "photos"
     if not folder.exists():
-        from vtools.bench.photos import make_photo_set
+        from benchmarks.photos import make_photo_set
         from vtools.errors import UsageError
 
         if not make_photo_set(folder, args.photos):
