@@ -105,10 +105,15 @@ def teacher_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_distillation_loss_equals_timms_task(device: torch.device, teacher_folder: Path) -> None:
+@pytest.mark.parametrize("weight", [{"task_loss_weight": 0.3}, {"distill_loss_weight": 0.4}])
+def test_distillation_loss_equals_timms_task(device: torch.device, teacher_folder: Path, weight: dict) -> None:
+    """The loss of train.py's distillation equals timm's task built with the same temperature and weight
+    (--task-loss-weight or --distill-loss-weight: timm derives the other from the one given)."""
     torch.manual_seed(0)
     student = timm.create_model("test_resnet", num_classes=4).to(device)
-    job = train_flags("--kd-model-name", str(teacher_folder), "--kd-temperature", "2", "--task-loss-weight", "0.3")
+    ((name, value),) = weight.items()
+    flag = "--" + name.replace("_", "-")
+    job = train_flags("--kd-model-name", str(teacher_folder), "--kd-temperature", "2", flag, str(value))
     criterion = recipe.build_train_loss(job.augment, mixup_active=False).to(device)
     ours = build_distillation(job.distill, None, student, criterion, device)
     parts = TrainComponents(student, torch.optim.SGD(student.parameters(), lr=0.1), criterion, None, device, task=ours)
@@ -121,9 +126,9 @@ def test_distillation_loss_equals_timms_task(device: torch.device, teacher_folde
         teacher.to(device),
         criterion=criterion,
         temperature=2.0,
-        task_loss_weight=0.3,
         device=device,
         verbose=False,
+        **weight,
     )
     student.train()
     images, targets = torch.randn(8, 3, 32, 32, device=device), torch.randint(0, 4, (8,), device=device)

@@ -1261,6 +1261,12 @@ ROWS = [
         ["--batch-size must be even"],
     ),
     Row(
+        "train-model-kwargs-that-a-flag-sets",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "kw", "--device", "cpu", "--model-kwargs", "drop_rate=0.3"),
+        2,
+        ["--model-kwargs drop_rate: train.py sets it with --drop"],
+    ),
+    Row(
         "train-num-classes-fewer-than-the-data",
         train_args(Path("{fashion4}"), Path("{tmp}"), "r", "--device", "cpu", "--num-classes", "2"),
         2,

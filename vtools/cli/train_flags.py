@@ -194,6 +194,20 @@ def add_accepted_timm_args(parser: argparse.ArgumentParser) -> None:
     add_naflex_refusals(group, VARIABLE_SIZE_REASON, training=True)
 
 
+# create_model keywords train.py passes from flags of their own: also in --model-kwargs, timm's train.py stops
+# ("got multiple values"), and here one of the two would silently win
+MODEL_KWARGS_WITH_FLAGS = {
+    "num_classes": "--num-classes",
+    "in_chans": "--in-chans",
+    "global_pool": "--gp",
+    "drop_rate": "--drop",
+    "drop_path_rate": "--drop-path",
+    "drop_block_rate": "--drop-block",
+    "bn_momentum": "--bn-momentum",
+    "bn_eps": "--bn-eps",
+}
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """train.py's options (defaults < the -c YAML file < flags), with every check that reads only them done."""
     return check(parse_with_config(build_parser(), argv))
@@ -212,6 +226,9 @@ def check(args: argparse.Namespace) -> argparse.Namespace:
 
 def check_train_args(args: argparse.Namespace) -> None:
     """train.py's checks that read several options (one option's range: its declaration)."""
+    for key, flag in MODEL_KWARGS_WITH_FLAGS.items():
+        if key in args.model_kwargs:
+            raise UsageError(f"--model-kwargs {key}: train.py sets it with {flag} (timm's train.py fails on both)")
     if mixup_requested(args) and args.batch_size % 2:
         raise UsageError(
             f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, got {args.batch_size}"
