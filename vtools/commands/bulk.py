@@ -150,8 +150,8 @@ def _is_benchmark(args: argparse.Namespace) -> bool:
 
 def ordered(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     """Best first by ``key`` where every measured row has it (timm skips the sort otherwise), then failures."""
-    measured = [row for row in rows if "error" not in row or not row["error"]]
-    failed = [row for row in rows if row not in measured]
+    measured = [row for row in rows if not row.get("error")]
+    failed = [row for row in rows if row.get("error")]  # one pass each: rewritten after every model of a long list
     if all(key in row for row in measured):
         measured.sort(key=lambda row: float(row[key]), reverse=True)
     return measured + failed
