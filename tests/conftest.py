@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,39 @@ def device(request: pytest.FixtureRequest) -> torch.device:
     if request.param == "npu":
         load_emulated_npu()
     return resolve_device(request.param)
+
+
+# The emulated npu posing as an Atlas training chip (Ascend 910A): no bfloat16, and no Inf/NaN mode (its
+# arithmetic saturates; overflow shows only in its float-status flag). The overflow checks run on it besides
+# every device type, so that each body shows the same outcome on a chip that saturates and on those that don't.
+NPU_910A = "npu-910A"
+CHIP_DEVICES = [*DEVICE_TYPES, NPU_910A]
+
+
+def chip_environment(device_type: str) -> dict[str, str]:
+    """The environment that makes a script's npu the chip ``device_type`` names (nothing for other types)."""
+    return {"VTOOLS_EMU_NPU_CHIP": "910A"} if device_type == NPU_910A else {}
+
+
+def chip_device_flags(device_type: str) -> list[str]:
+    """:func:`device_flags` for an entry of :data:`CHIP_DEVICES` (with :func:`chip_environment`)."""
+    return device_flags("npu" if device_type == NPU_910A else device_type)
+
+
+@pytest.fixture(params=CHIP_DEVICES)
+def chip_device(request: pytest.FixtureRequest) -> Iterator[torch.device]:
+    """A resolved device of each type the suite covers, then the npu posing as a 910A for the test."""
+    from vtools.runtime.device import resolve_device
+
+    if request.param.startswith("npu"):
+        load_emulated_npu()
+    if request.param != NPU_910A:
+        yield resolve_device(request.param)
+        return
+    from tests.emulated_npu.chips import posing_as
+
+    with posing_as("910A"):
+        yield resolve_device("npu")
 
 
 def run_script(

@@ -174,7 +174,8 @@ def namespace(folder: Path, module: str) -> dict[str, ast.AST]:
     """The names a module of the wheel defines or imports, each with the definition it names (functions,
     classes; ``ast.alias`` for what cannot be followed into the wheel), read without importing.
     ``from .x import *`` follows ``x``'s ``__all__`` (or its public definitions). A module met again while it
-    is being read (an import cycle) gives what has been read of it so far, as Python's import would."""
+    is being read (an import cycle) gives what has been read of it so far, as Python's import would; a
+    package's ``from .sub import x`` also names ``sub`` (Python binds the submodule in its package)."""
     key = (folder, module)
     if key in _NAMESPACES:
         return _NAMESPACES[key]
@@ -189,6 +190,8 @@ def namespace(folder: Path, module: str) -> dict[str, ast.AST]:
         elif isinstance(node, ast.ImportFrom):
             source = _absolute(package, node)
             inside = source is not None and source.startswith("torch_npu") and module_file(folder, source).exists()
+            if inside and node.level and node.module and path.name == "__init__.py":
+                names.setdefault(node.module.split(".")[0], ast.alias(name=source))  # the import binds the submodule
             for alias in node.names:
                 if alias.name == "*":
                     if inside:

@@ -31,7 +31,12 @@ tests/runtime/test_device_kinds_wheel.py): the host-fallback sentences and which
 operators fall back (``fallbacks.py``), the names and parameters of its
 ``torch.npu`` functions, get_amp_supported_dtype, the invalid-device and
 out-of-memory messages (an allocation past 64 GiB per device fails as the
-caching allocator fails).
+caching allocator fails), and how a chip overflows: a 910A saturates (inf
+reads as the dtype's largest value, NaN as 0) and keeps a float-status flag,
+read through torch_npu's ``npu::`` status operators, ``torch.npu.utils`` and
+the saturation-mode kernel behind GradScaler (``chips.py``, ``utils.py``,
+npu_overflow.cpp; the flag protocol is checked against the wheel in
+tests/runtime/test_amp_overflow.py).
 
 What it cannot prove: anything about torch_npu itself (its kernels, HCCL's
 own transport and timeouts, graph mode, its caching allocator), numerics of real NPU
@@ -48,7 +53,13 @@ Environment:
   VTOOLS_EMU_NPU_NO_BF16=1     behave like an Ascend 910A (no bf16 autocast)
   VTOOLS_EMU_NPU_STRICT_STREAMS=0  let other streams see side-stream writes at once
   VTOOLS_EMU_NPU_CHIP          910A, 910B or 910B1..910B4: get_device_name() says
-                               "Ascend910A", "Ascend910B1"...; 910A has no bf16
+                               "Ascend910A", "Ascend910B1"...; 910A has no bf16 and no
+                               Inf/NaN mode: float results saturate (inf -> the dtype's
+                               largest value, NaN -> 0) and raise the float-status flag
+                               (``chips.py``, ``utils.py``, npu_overflow.cpp)
+  INF_NAN_MODE_ENABLE=0 with INF_NAN_MODE_FORCE_DISABLE=1  a 910B saturates too
+  FORCE_OVERFLOW_CHECK=1       the flag is kept in Inf/NaN mode as well (CANN >= 9.1.0;
+  VTOOLS_EMU_NPU_CANN_VERSION  the emulated CANN, default 9.1.0)
   VTOOLS_EMU_NPU_FALLBACK_OPS  e.g. "aten::relu_,aten::add.Tensor": these ops announce
                                a host (CPU) fallback on stderr in torch_npu's words,
                                besides those torch_npu 2.14.0 itself runs on the
@@ -109,9 +120,14 @@ def install() -> None:
         device._vtools_emulated = True
         torch._register_device_module(BACKEND_NAME, device)
     _patch_tensor_printing()
-    from . import device_time, fallbacks, faults  # Python kernels around the npu ones, only for the operators named
+    from . import (  # Python kernels around the npu ones, only for the operators named
+        chips,
+        device_time,
+        fallbacks,
+        faults,
+    )
 
-    device._chip()  # a bad VTOOLS_EMU_NPU_CHIP fails here
+    chips.apply()  # the chip's overflow mode; a bad VTOOLS_EMU_NPU_CHIP fails here
     fallbacks.install_from_env()
     faults.install_from_env()
     device_time.install_from_env()

@@ -22,6 +22,7 @@ SOURCES = [
     Path(__file__).with_name("npu_backend.cpp"),
     Path(__file__).with_name("npu_runtime.cpp"),
     Path(__file__).with_name("npu_autocast.cpp"),
+    Path(__file__).with_name("npu_overflow.cpp"),
 ]
 
 _extension: ModuleType | None = None

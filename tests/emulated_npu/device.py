@@ -32,24 +32,19 @@ from typing import Any
 
 import torch
 
-from . import device_time
+from . import (
+    chips,
+    device_time,
+    utils,  # noqa: F401  (torch.npu.utils, as in torch_npu)
+)
 from ._build import load_extension
+from .utils import clear_npu_overflow_flag, get_npu_overflow_flag  # noqa: F401  (torch_npu.npu exports these two)
 
 _C = load_extension()
 
 _DeviceLike = int | str | torch.device | None
 
 DEVICE_NAME = "Emulated Ascend NPU (CPU memory)"
-# VTOOLS_EMU_NPU_CHIP -> what torch_npu's get_device_name reports (the SoC name from aclrtGetSocName)
-CHIPS = {"910A": "Ascend910A", "910B": "Ascend910B1", **{f"910B{n}": f"Ascend910B{n}" for n in range(1, 5)}}
-
-
-def _chip() -> str | None:
-    """VTOOLS_EMU_NPU_CHIP (910A, 910B or 910B1-910B4), None when unset; anything else raises ValueError."""
-    value = os.environ.get("VTOOLS_EMU_NPU_CHIP", "").strip()
-    if value and value not in CHIPS:
-        raise ValueError(f"VTOOLS_EMU_NPU_CHIP must be one of {', '.join(CHIPS)}, got {value!r}")
-    return value or None
 
 
 def _index(device: _DeviceLike = None) -> int:
@@ -154,7 +149,7 @@ def _is_in_bad_fork() -> bool:
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     """False with VTOOLS_EMU_NPU_NO_BF16=1 or VTOOLS_EMU_NPU_CHIP=910A (an Ascend 910A), else True (910B).
     ``including_emulation`` is torch_npu's parameter, which it ignores too."""
-    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and _chip() != "910A"
+    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and not chips.training_series()
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -176,7 +171,8 @@ def get_device_properties(device_name: _DeviceLike = None) -> _NpuDeviceProperti
     index = _index(device_name)
     if not 0 <= index < _C.device_count():
         raise AssertionError("Invalid device id" + _pta_error(_INVALID_VALUE))  # torch_npu's words
-    name = CHIPS[_chip()] if _chip() else DEVICE_NAME
+    chip = chips.chip()
+    name = chips.CHIPS[chip] if chip else DEVICE_NAME
     return _NpuDeviceProperties(name=name, total_memory=_C.total_memory(), index=index)
 
 

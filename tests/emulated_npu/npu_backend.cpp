@@ -713,6 +713,7 @@ at::Tensor convolution_overrideable(
       input.cpu(), weight.cpu(), bias_cpu, stride, padding, dilation, transposed, output_padding,
       groups);
   auto result = out.to(input.device());
+  note_result(result);
   work.wrote(result);
   return result;
 }
@@ -730,6 +731,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       padding, dilation, transposed, output_padding, groups, output_mask);
   auto back = [&](const at::Tensor& t) {
     auto result = t.defined() ? t.to(input.device()) : t;
+    note_result(result);
     work.wrote(result);
     return result;
   };
@@ -772,6 +774,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
            &std::get<0>(result), &std::get<1>(result), &std::get<2>(result), present(running_mean),
            present(running_var)}) {
     if (written != nullptr) {
+      note_result(*written);
       work.wrote(*written);
     }
   }
@@ -788,14 +791,17 @@ DeviceIndex operand_device(const c10::OperatorHandle& op, const torch::jit::Stac
   return t_current_device;
 }
 
-// Tensors an op wrote: its results and the arguments its schema marks as mutated.
+// Tensors an op wrote: its results and the arguments its schema marks as mutated (each also passes the
+// overflow check of a chip that saturates, npu_overflow.cpp).
 void note_writes(const c10::OperatorHandle& op, const std::vector<c10::IValue>& mutated,
                  const torch::jit::Stack& stack, StreamWork& work) {
   auto mark = [&](const c10::IValue& value) {
     if (value.isTensor()) {
+      note_result(value.toTensor());
       work.wrote(value.toTensor());
     } else if (value.isTensorList()) {
       for (const at::Tensor& t : value.toTensorVector()) {
+        note_result(t);
         work.wrote(t);
       }
     }
@@ -957,4 +963,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     generator.set_current_seed(seed);
   });
   m.def("initial_seed", [](int index) { return device_generator(static_cast<DeviceIndex>(index)).current_seed(); });
+  m.def("set_overflow_mode", [](bool saturates, bool records_flag) { set_overflow_mode(saturates, records_flag); });
+  m.def("saturates", [] { return saturates(); });
+  m.def("overflow_flag", [](int index) { return overflow_flag(static_cast<DeviceIndex>(index)); });
+  // what an HCCL reduction on a saturating chip does to its result (process_group.py)
+  m.def("note_result", [](const at::Tensor& t) { note_result(t); });
 }

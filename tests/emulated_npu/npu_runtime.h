@@ -94,4 +94,22 @@ class InternalCopies {
   bool previous_;
 };
 
+// --- the backend's own pieces others build on (npu_backend.cpp) -----------------
+// A CPU tensor over the same bytes (npu memory is host memory).
+at::Tensor host_alias(const at::Tensor& t);
+// The boxed CPU fallback every op without its own npu kernel runs through.
+void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// --- floating-point overflow (npu_overflow.cpp) --------------------------------
+// A chip without Inf/NaN mode (an Atlas training 910A) saturates: a result that would be +-inf becomes the
+// dtype's largest finite value, NaN becomes 0, and the device's float-status flag records it. With
+// ``records_flag`` (FORCE_OVERFLOW_CHECK on a recent CANN) an Inf/NaN chip keeps the flag too, its
+// results staying IEEE. Set once at start-up from the emulated chip.
+void set_overflow_mode(bool saturates, bool records_flag);
+bool saturates();
+bool overflow_flag(c10::DeviceIndex index);
+// Every result an op writes passes here: in flag mode a non-finite one raises its device's flag, and a
+// saturating chip clamps it in place.
+void note_result(const at::Tensor& t);
+
 }  // namespace vtools_npu

@@ -58,6 +58,15 @@ def _copy_back(targets: list[torch.Tensor], hosts: list[torch.Tensor]) -> None:
             target.detach().copy_(host)
 
 
+def _reduced(results: list[torch.Tensor]) -> None:
+    """A reduction computes on the device: where the chip saturates, a sum past the dtype's range is its largest
+    value and raises the float-status flag, as every other result does (npu_overflow.cpp)."""
+    from ._build import load_extension
+
+    for result in results:
+        load_extension().note_result(result)
+
+
 def _done(result: object) -> dist.Work:
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(result)
@@ -111,6 +120,7 @@ class EmulatedHccl(Backend):
                 for h in hosts
             ]
         _copy_back(tensors, hosts)
+        _reduced(tensors)
         return tensors
 
     # -- collectives -----------------------------------------------------------------------------
@@ -198,6 +208,7 @@ class EmulatedHccl(Backend):
             if divide:
                 mine = mine / self._world_size
             _copy_back([output], [mine])
+        _reduced(outputs)
         return _done(outputs)
 
     def reduce_scatter_single(

@@ -58,7 +58,7 @@ def test_autoload_off_bypasses_broken_backend(tmp_path: Path) -> None:
 def test_env_report_on_emulated_npu() -> None:
     proc = run_script(
         ["-m", "vtools", "env", "--device", "npu", "--device-modules", EMULATED_NPU_MODULE],
-        env={"VTOOLS_EMU_NPU_NO_BF16": "1"},
+        env={"VTOOLS_EMU_NPU_CHIP": "910A"},
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -69,6 +69,8 @@ def test_env_report_on_emulated_npu() -> None:
         "device_count: 2",
         "amp_policy: float16",
         "grad_scaler: True",
+        "overflow: overflow detected through the chip's float-status flag",
+        "FORCE_OVERFLOW_CHECK=unset",
         "ASCEND_RT_VISIBLE_DEVICES=",
         "TORCH_DEVICE_BACKEND_AUTOLOAD=",
         "tuning: none",

@@ -150,3 +150,41 @@ def test_bad_input_is_one_line(tmp_path) -> None:
         command.main(["--device", "cpu"])
     with pytest.raises(UsageError, match="--steps must be 1 or more"):
         command.main(["test_resnet", "--steps", "0"])
+
+
+def _overflowing_linear() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """Two linear layers and inputs of 100: the first layer's float16 gradient passes 65504 at a loss scale of
+    2**16 (not at 2**14), and its float16 output passes it when its weights are 1000x larger."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Linear(8, 3))
+    generator = torch.Generator().manual_seed(1)
+    return model, torch.randn(4, 6, generator=generator) * 100, torch.randint(0, 3, (4,), generator=generator)
+
+
+def test_float16_gradients_are_compared_at_a_loss_scale_that_does_not_overflow(chip_device: torch.device) -> None:
+    """The device side scales its float16 loss down until no gradient overflows: on a 910A the gradients hold
+    65504 rather than inf, and only the float-status flag tells the scale was too large (kept, it would
+    report every gradient wrong)."""
+    from vtools.runtime.amp import resolve_amp
+
+    model, images, targets = _overflowing_linear()
+    reference = parity.run_side(model, images, targets, CPU, FP32, steps=1, lr=0.01)
+    amp = resolve_amp(chip_device, True, "float16")
+    candidate = parity.run_side(model, images, targets, chip_device, amp, steps=1, lr=0.01)
+    entries = parity.compare(reference, candidate, parity.default_tolerances("float16"))
+    assert [entry for entry in entries if entry.phase in ("backward", "update") and not entry.ok] == []
+
+
+def test_a_layer_whose_float16_output_overflows_is_named_as_an_inf_would_be(chip_device: torch.device) -> None:
+    """On every chip the first failure is layer 0's activation with an infinite error: an inf on an IEEE chip,
+    the raised flag on a 910A (whose 65504 would otherwise compare as merely 40 % off)."""
+    from vtools.runtime.amp import resolve_amp
+
+    model, images, targets = _overflowing_linear()
+    with torch.no_grad():
+        model[0].weight.mul_(1000)
+    reference = parity.run_side(model, images, targets, CPU, FP32, steps=1, lr=0.01)
+    amp = resolve_amp(chip_device, True, "float16")
+    candidate = parity.run_side(model, images, targets, chip_device, amp, steps=1, lr=0.01)
+    bad = parity.first_failure(parity.compare(reference, candidate, parity.default_tolerances("float16")))
+    assert (bad.phase, bad.layer, bad.max_rel_err) == ("forward", "0", math.inf)

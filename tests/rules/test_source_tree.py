@@ -109,7 +109,9 @@ def uncovered_device_tests(root: Path) -> list[str]:
             if not name.startswith("test_") or not _called_names(function) & device_facing:
                 continue
             parameters = {arg.arg for arg in function.args.args}
-            covers_all = bool(parameters & {"device", "device_type"}) or "DEVICE_TYPES" in ast.unparse(function)
+            covers_all = bool(parameters & {"device", "device_type", "chip_device"}) or "DEVICE_TYPES" in ast.unparse(
+                function
+            )
             if not (covers_all or _markers(function.decorator_list) or module_markers):
                 offenders.append(f"{path.relative_to(root).as_posix()}::{name}")
     return offenders

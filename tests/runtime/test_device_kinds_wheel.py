@@ -297,3 +297,60 @@ def test_no_fused_step_the_wheel_runs_on_the_host_is_chosen_on_npu(torch_npu_whe
             model(torch.randn(2, 4, device=device)).sum().backward()
             optimizer.step()
         assert [entry.op for entry in watch.fallbacks()] == [], opt
+
+
+# ---------------------------------------------------------------- overflow on a chip that saturates
+
+
+def test_the_npu_rows_float_status_names_are_the_wheels(torch_npu_wheel: Path) -> None:
+    """The functions the row asks whether the chip saturates take no argument under torch_npu.npu, and the
+    operators it reads and clears the flag with are registered by the wheel's library."""
+    status = dev.kind_of("npu").float_status
+    for dotted in (status.inf_nan_mode, status.forced_check):
+        module, _, name = dotted.rpartition(".")
+        real = npu_wheel.namespace(torch_npu_wheel, f"torch_npu.npu.{module}")
+        npu_wheel.signature(real[name]).bind()  # vtools calls them with nothing
+    strings = npu_wheel.library_strings(torch_npu_wheel)
+    for operator in (status.read_op, status.clear_op):
+        assert operator.replace(".", "::", 1) in strings, operator
+    assert "FLOAT_STATUS_OP_DIMS_SIZE" not in strings  # a compile-time constant: the row's 8 is from the sources
+    assert status.status_size == 8
+
+
+EMULATOR = REPO / "tests" / "emulated_npu"
+
+
+def test_the_emulators_float_status_api_and_words_are_the_wheels(torch_npu_wheel: Path) -> None:
+    """The emulated torch.npu.utils offers only torch_npu.npu.utils's names, with their parameters; torch.npu
+    re-exports the two the wheel's does; the operators keep the library's schemas; every message and variable
+    is the wheel's."""
+    real = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu.utils")
+    tree = ast.parse((EMULATOR / "utils.py").read_text(encoding="utf-8"))
+    ours = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[0] != "_"}
+    assert sorted(ours) == [
+        "clear_npu_overflow_flag",
+        "get_npu_overflow_flag",
+        "is_force_overflow_check",
+        "is_support_inf_nan",
+        "npu_check_overflow",
+    ]
+    for name, node in ours.items():
+        assert npu_wheel.signature(node) == npu_wheel.signature(real[name]), name
+    package = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu")
+    assert {"get_npu_overflow_flag", "clear_npu_overflow_flag", "utils"} <= set(package)
+    strings = npu_wheel.library_strings(torch_npu_wheel)
+    schemas = re.findall(r'm\.def\("([^"]+)"\)', (EMULATOR / "npu_overflow.cpp").read_text(encoding="utf-8"))
+    assert len(schemas) == 4 and [schema for schema in schemas if schema not in strings] == []
+    checks = re.findall(r'TORCH_CHECK\([^"]*"([^"]+)"', (EMULATOR / "npu_overflow.cpp").read_text(encoding="utf-8"))
+    assert checks and [text for text in checks if text not in strings] == []
+    wheel_utils = (torch_npu_wheel / "torch_npu" / "npu" / "utils.py").read_text(encoding="utf-8")
+    for text in re.findall(r'(?:RuntimeError|warn)\(\s*"([^"]+)"', (EMULATOR / "utils.py").read_text("utf-8")):
+        assert text in wheel_utils, text
+    from tests.emulated_npu import chips
+
+    pieces = chips.REFUSED_DISABLE.split("disable ")
+    assert pieces[0] + "disable " in strings and pieces[1] in strings  # compiled in two pieces
+    assert chips.OLD_CANN_FORCE.replace("{version}", "%s") in strings
+    for variable in ("INF_NAN_MODE_ENABLE", "INF_NAN_MODE_FORCE_DISABLE", "FORCE_OVERFLOW_CHECK"):
+        assert npu_wheel.mentions(torch_npu_wheel, variable), variable
+    assert f"{'.'.join(str(n) for n in chips.FORCE_CHECK_CANN)}" in wheel_utils  # is_force_overflow_check's 9.1.0

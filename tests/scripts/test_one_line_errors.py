@@ -1297,7 +1297,7 @@ ROWS = [
         "train-non-finite-loss-names-epoch-and-step",
         train_args(Path("{fashion4}"), Path("{tmp}"), "nan", DEVICE, "--mean", "3e38", "3e38", "3e38"),
         3,
-        ["non-finite", "epoch 0 step 0"],
+        ["the loss overflowed at epoch 0 step 0 (it became"],
         cpu_only=None,
     ),
     # ------------------------------------------------ devices: missing, broken, hidden, out of range
@@ -1975,12 +1975,15 @@ ROWS = [
         cpu_only=DEVICE_SITUATION,
     ),
     Row(
-        "train-non-finite-on-a-910a-advises-full-precision",
+        "train-overflow-on-a-910a-is-seen-by-its-flag-and-advises-full-precision",
         train_args(
             Path("{fashion4}"), Path("{tmp}"), "nan", *device_flags("npu"), "--amp", "--mean", "3e38", "3e38", "3e38"
         ),
         3,
-        ["non-finite", "train without --amp (no bfloat16 here)"],
+        [
+            "the loss overflowed at epoch 0 step 0 (the chip saturates: its float-status flag rose",
+            "train without --amp (no bfloat16 here)",
+        ],
         env={"VTOOLS_EMU_NPU_CHIP": "910A"},
         checks=(_names_no_other_flag("--amp-dtype bfloat16"),),
         cpu_only="a 910A's situation (no bfloat16): the emulated npu poses as one with VTOOLS_EMU_NPU_CHIP=910A",

@@ -119,6 +119,24 @@ def test_training_epoch_makes_no_per_batch_syncs(extra: list[str]) -> None:
     assert counts[0] == counts[1], counts
 
 
+def test_on_a_saturating_chip_the_float_status_flag_adds_no_per_batch_sync() -> None:
+    """A 910A's flag is read at every training step and once per validation pass, on the device: the loops
+    still wait for it only at log steps and at the end."""
+    from tests.emulated_npu.chips import posing_as
+
+    with posing_as("910A"):
+        parts = recipe_components([])
+        assert parts.amp.overflow.flag
+        train = [
+            syncs(lambda n=n: train_one_epoch(parts, device_loader(n), 0, 0, log_interval=100, show_progress=False))
+            for n in (4, 8)
+        ]
+        model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
+        amp = resolve_amp(NPU, False)
+        validate = [syncs(lambda n=n: evaluate(model, device_loader(n), NPU, amp, show_progress=False)) for n in (4, 8)]
+    assert train[0] == train[1] and validate[0] == validate[1], (train, validate)
+
+
 def test_validation_makes_no_per_batch_syncs() -> None:
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     amp = resolve_amp(NPU, False)

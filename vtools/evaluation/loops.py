@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from vtools.progress import progress
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.device import synchronize
 from vtools.runtime.distributed import all_reduce_sum
+from vtools.runtime.overflow import float_status_flag
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,25 @@ class EvalResult:
     map: float | None = None  # percent: mAP macro (multi-label data only)
     map_micro: float | None = None  # percent
     f1: float | None = None  # percent: F1 macro at --threshold
+    saturated: bool = False  # on a chip that saturates: its float-status flag rose during the pass (any rank)
 
     @property
     def multi_label(self) -> bool:
         return self.map is not None
+
+    @property
+    def overflowed(self) -> bool:
+        """Whether the outputs overflowed: a loss that is not finite, or a saturating chip's raised flag."""
+        return self.saturated or not math.isfinite(self.loss)
+
+    def overflow_words(self) -> str:
+        """What the loss says of an overflow, for a one-line error: ``is nan``, or the saturated chip's flag."""
+        if not math.isfinite(self.loss) or not self.saturated:
+            return f"is {self.loss}"
+        return (
+            f"overflowed (the chip saturates: its float-status flag rose during the pass, and the loss read "
+            f"{self.loss:.6g})"
+        )
 
     @property
     def images_per_second(self) -> float:
@@ -72,6 +89,9 @@ def evaluate(
     model.eval()
     keep = None if output_index is None else torch.as_tensor(list(output_index), dtype=torch.int64, device=device)
     totals = torch.zeros(3, dtype=torch.float32, device=device)  # top1 hits, top5 hits, loss sum
+    status = float_status_flag(device, amp.overflow)  # a saturating chip's: read once, at the end
+    if status is not None:
+        status.clear()
     count = 0  # known on the host: no device sync per batch
     multi_label = False
     start = time.perf_counter()
@@ -104,13 +124,14 @@ def evaluate(
             log(f"{desc}: [{step}/{len(bar)}] {top}loss {totals[2].item() / seen:.4f}")
     synchronize(device)
     seconds = time.perf_counter() - start
-    top1, top5, loss, count = all_reduce_sum(torch.cat([totals, totals.new_tensor([count])])).tolist()
-    count = int(round(count))
+    raised = status.raised().float().reshape(1) if status is not None else totals.new_zeros(1)
+    top1, top5, loss, count, raised = all_reduce_sum(torch.cat([totals, totals.new_tensor([count]), raised])).tolist()
+    count, saturated = int(round(count)), raised > 0
     if count == 0:
         return EvalResult(0.0, 0.0, float("nan"), 0, seconds)
     if multi_label:
-        return EvalResult(float("nan"), float("nan"), loss / count, count, seconds)
-    return EvalResult(100 * top1 / count, 100 * top5 / count, loss / count, count, seconds)
+        return EvalResult(float("nan"), float("nan"), loss / count, count, seconds, saturated=saturated)
+    return EvalResult(100 * top1 / count, 100 * top5 / count, loss / count, count, seconds, saturated=saturated)
 
 
 @torch.inference_mode()

@@ -9,7 +9,6 @@ The split's labels are matched to the model's scored outputs (class folders by n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,12 +236,13 @@ def validate_model(
 
 
 def check_result(result: EvalResult, name: str, skipped: int) -> None:
-    """A pass over no image, or with a loss that is not finite, has no accuracy to report."""
+    """A pass over no image, or whose outputs overflowed (a loss that is not finite, or a saturating chip's
+    raised float-status flag), has no accuracy to report."""
     if result.count == 0:
         raise UsageError(f"no image could be read ({skipped} skipped): there is nothing to validate on")
-    if not math.isfinite(result.loss):
+    if result.overflowed:
         raise RunFailed(
-            f"{name}: the loss over {result.count} images is {result.loss}: the model's outputs are not "
+            f"{name}: the loss over {result.count} images {result.overflow_words()}: the model's outputs are not "
             "finite (weights with nan or inf in them?), so its accuracy means nothing"
         )
 

@@ -75,6 +75,7 @@ def _device_report(target: torch.device) -> dict[str, Any]:
         ],
         "amp_policy": amp.dtype_name,
         "grad_scaler": amp.needs_grad_scaler,
+        "overflow": amp.overflow.describe(),
         "dist_backend": _dist_backend_or_reason(target),
         "tuning": dev.apply_tuning(target) or "none",
         "cpu_budget": setup_cpu_budget(target).describe(),

@@ -19,6 +19,11 @@ of any tensor of the same kind in the step (all activations, all gradients, ...)
 nearly zero everywhere (a gradient that cancels to 1e-9) is measured against a thousandth of the step's
 largest gradient, not against its own rounding noise. Non-finite values count as equal where both sides
 have the same one (nan and nan, inf and inf), and as an infinite error otherwise.
+
+On a chip that saturates (vtools/runtime/overflow.py: inf reads as the largest value, NaN as 0) an overflow
+leaves nothing non-finite to compare, so the device side reads the chip's float-status flag after every
+layer, the loss and the backward pass: a layer in which it rose counts as an infinite error, as an inf would
+on an IEEE chip, and the verdict names it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 
 from vtools.errors import RunFailed
 from vtools.runtime.amp import AmpPolicy
+from vtools.runtime.overflow import FloatStatusFlag, float_status_flag
 
 EPS = 1e-12
 # a tensor is measured against at least this fraction of the largest tensor of its kind in the step
@@ -67,7 +73,7 @@ def tensor_error(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> tuple[
         return 0.0, 0.0, 0.0
     a, b = a.double(), b.double()
     same = (a == b) | (a.isnan() & b.isnan())
-    diff = torch.where(same, torch.zeros_like(a), (a - b).abs()).nan_to_num(nan=math.inf)
+    diff = torch.where(same, torch.zeros_like(a), (a - b).abs()).nan_to_num(nan=math.inf, posinf=math.inf)
     finite = b[b.isfinite()]
     scale = float(finite.abs().max()) if finite.numel() else 0.0
     max_abs = float(diff.max())
@@ -82,6 +88,11 @@ class Step:
     loss: torch.Tensor | None = None
     gradients: list[tuple[str, str, torch.Tensor | None]] = field(default_factory=list)  # (parameter, owner type)
     weights: list[tuple[str, str, torch.Tensor]] = field(default_factory=list)
+    # a saturating chip's: the layers (and "loss", BACKWARD) after which its float-status flag was up
+    saturated: set[str] = field(default_factory=set)
+
+
+BACKWARD = "(backward pass)"  # the gradients' entry where the flag rose during backward, before any gradient
 
 
 @dataclass
@@ -136,10 +147,12 @@ def _float_tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Te
 
 
 class _Recorder:
-    """Forward hooks: every leaf module's outputs in execution order, and the order modules first run."""
+    """Forward hooks: every leaf module's outputs in execution order, and the order modules first run; with a
+    float-status ``flag``, the layers after which it was up (then lowered, so the next layer starts clean)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, flag: FloatStatusFlag | None = None) -> None:
         self.model = model
+        self.flag = flag
         self.step: Step | None = None
         self.calls: dict[str, int] = {}
         self.first_call: dict[str, int] = {}
@@ -163,6 +176,8 @@ class _Recorder:
             layer = (name or "(model)") + (f"#{count}" if count > 1 else "")
             for suffix, tensor in _float_tensors(output):
                 self.step.activations.append((layer + suffix, type(module).__name__, _host_copy(tensor)))
+            if _rose(self.flag):
+                self.step.saturated.update(layer + suffix for suffix, _ in _float_tensors(output))
 
         return hook
 
@@ -177,6 +192,14 @@ class _Recorder:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def _rose(flag: FloatStatusFlag | None) -> bool:
+    """Whether the flag is up (a host read: parity copies every tensor to the host anyway); lowers it."""
+    if flag is None or not bool(flag.raised()):
+        return False
+    flag.clear()
+    return True
 
 
 def _parameter_owners(model: torch.nn.Module) -> dict[str, tuple[str, str]]:
@@ -215,24 +238,29 @@ def _loss(output: Any, targets: torch.Tensor) -> torch.Tensor:
     return sum(t.float().pow(2).mean() for _, t in tensors)
 
 
-def _backward(loss: torch.Tensor, params: list[torch.nn.Parameter], scaled: bool) -> None:
+def _backward(
+    loss: torch.Tensor, params: list[torch.nn.Parameter], scaled: bool, flag: FloatStatusFlag | None = None
+) -> bool:
     """``loss.backward()``; for fp16 (``scaled``) with loss scaling as a GradScaler does, but settled within the
-    step: from 2**16, halved until every gradient is finite, then divided out (a GradScaler would skip the
-    step instead, and the two sides could skip different steps)."""
+    step: from 2**16, halved until no gradient overflowed (none is non-finite, and a saturating chip's ``flag``
+    stayed down), then divided out (a GradScaler would skip the step instead, and the two sides could skip
+    different steps). Returns whether the flag rose in the backward pass that was kept."""
     if not scaled:
         loss.backward()
-        return
+        return _rose(flag)
     scale = 2.0**16
     while True:
         for param in params:
             param.grad = None
         (loss * scale).backward(retain_graph=scale > 1)
         grads = [param.grad for param in params if param.grad is not None]
-        if scale <= 1 or all(bool(torch.isfinite(grad).all()) for grad in grads):
+        rose = _rose(flag)
+        if scale <= 1 or (not rose and all(bool(torch.isfinite(grad).all()) for grad in grads)):
             break
         scale /= 2
     for grad in grads:
         grad.div_(scale)
+    return rose
 
 
 def run_side(
@@ -258,18 +286,24 @@ def run_side(
     owners = _parameter_owners(model)
     params = dict(model.named_parameters())
     optimizer = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=lr, momentum=0.9)
-    recorder = _Recorder(model)
+    flag = float_status_flag(device, amp.overflow)
+    recorder = _Recorder(model, flag)
     torch.manual_seed(seed)
     trace = []
     try:
         for _ in range(steps):
             step = Step()
             optimizer.zero_grad(set_to_none=True)
+            if flag is not None:
+                flag.clear()
             with recorder.recording(step), amp.autocast():
                 output = model(images)
             loss = _loss(output, targets)
             step.loss = _host_copy(loss)
-            _backward(loss, list(params.values()), scaled=amp.needs_grad_scaler)
+            if _rose(flag):
+                step.saturated.add("loss")
+            if _backward(loss, list(params.values()), scaled=amp.needs_grad_scaler, flag=flag):
+                step.saturated.add(BACKWARD)
             order = recorder.first_call
             backward_order = sorted(params, key=lambda name: -order.get(owners[name][0], -1))
             step.gradients = [
@@ -297,6 +331,8 @@ def compare(reference: list[Step], candidate: list[Step], tol: float | dict[str,
             )
         pairs = [("forward", a, b) for a, b in zip(got.activations, ref.activations)]
         pairs.append(("loss", ("loss", "loss", got.loss), ("loss", "loss", ref.loss)))
+        if BACKWARD in got.saturated:
+            pairs.append(("backward", (BACKWARD, "float-status flag", None), (BACKWARD, "", None)))
         pairs += [("backward", a, b) for a, b in zip(got.gradients, ref.gradients)]
         pairs += [("update", a, b) for a, b in zip(got.weights, ref.weights)]
         floors = {}  # per phase: FLOOR x the largest reference magnitude
@@ -306,12 +342,17 @@ def compare(reference: list[Step], candidate: list[Step], tol: float | dict[str,
                 largest = float(finite.abs().max()) if finite.numel() else 0.0
                 floors[phase] = max(floors.get(phase, 0.0), FLOOR * largest)
         for phase, (name, module_type, a), (_, _, b) in pairs:
+            if name == BACKWARD:  # the saturating chip's flag rose in backward: no gradient shows it
+                entries.append(Entry(index, phase, name, module_type, (), math.inf, math.inf, math.nan, tols[phase]))
+                continue
             if a is None and b is None:  # a parameter without a gradient on both sides
                 continue
             if a is None or b is None:
                 errors = (math.inf, math.inf, math.nan)
             else:
                 errors = tensor_error(a, b, floors.get(phase, 0.0))
+            if name in got.saturated:  # the chip saturated here: as an inf would compare on an IEEE chip
+                errors = (math.inf, math.inf, errors[2])
             shape = tuple((b if b is not None else a).shape)
             entries.append(Entry(index, phase, name, module_type, shape, *errors, tols[phase]))
     return entries

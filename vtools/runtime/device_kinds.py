@@ -15,6 +15,25 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class FloatStatus:
+    """How a backend whose chips may saturate says so, and how its float-status flag is read.
+
+    A chip without an Inf/NaN mode clamps an overflowing result to the dtype's largest value (NaN to 0), so no
+    inf is left for ``isfinite`` to find; the chip's float-status flag records the overflow instead and stays
+    raised until cleared. Functions are dotted names under ``torch.<type>``, operators under ``torch.ops``,
+    spelt as the backend spells them (vtools/runtime/overflow.py uses them).
+    """
+
+    inf_nan_mode: str  # function: False where the chip saturates instead of producing inf and NaN
+    forced_check: str  # function: True where the backend keeps the flag in Inf/NaN mode too, on request
+    read_op: str  # operator (a status tensor in, one out): element 0 is nonzero while the flag is raised
+    clear_op: str  # operator: lowers the flag
+    status_size: int = 8  # the status tensor's length
+    # the variables that change the mode (reported by `vtools env`)
+    environment: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeviceKind:
     """What vtools needs to know about one device type, as data."""
 
@@ -70,6 +89,8 @@ class DeviceKind:
     toolkit_home_env: tuple[str, ...] = ()
     # the collective library's own timeout variables (seconds), set from --dist-timeout unless the user set them
     collective_timeout_env: tuple[str, ...] = ()
+    # chips of this type that may saturate on overflow, and their float-status flag (None: IEEE everywhere)
+    float_status: FloatStatus | None = None
 
     def environment_variables(self) -> tuple[str, ...]:
         """Every environment variable this row names, for the environment report."""
@@ -79,6 +100,7 @@ class DeviceKind:
             self.affinity_env,
             *(n for n, _, _ in self.recommended_env),
             *self.collective_timeout_env,
+            *(self.float_status.environment if self.float_status else ()),
         )
         return tuple(dict.fromkeys(name for name in names if name))
 
@@ -176,6 +198,15 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             ),
             # operators compiled per shape (jit_compile) recompile for minutes whenever a shape changes
             runtime_settings=(("set_compile_mode", "jit_compile", False),),
+            # Atlas training chips (910A) saturate; torch_npu's npu/utils.py asks and its GradScaler reads the
+            # flag through these (is_force_overflow_check: FORCE_OVERFLOW_CHECK=1 on CANN 9.1.0 or later)
+            float_status=FloatStatus(
+                inf_nan_mode="utils.is_support_inf_nan",
+                forced_check="utils.is_force_overflow_check",
+                read_op="npu.npu_get_float_status",
+                clear_op="npu.npu_clear_float_status",
+                environment=("INF_NAN_MODE_ENABLE", "INF_NAN_MODE_FORCE_DISABLE", "FORCE_OVERFLOW_CHECK"),
+            ),
         ),
         DeviceKind(
             "xpu",

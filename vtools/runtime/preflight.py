@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from vtools.runtime import device as dev
+from vtools.runtime.overflow import overflow_mode
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def backend_version(kind: dev.DeviceKind) -> list[Finding]:
 
 
 def chip(device: torch.device) -> list[Finding]:
-    """The chip and its mixed precision: bfloat16, or float16 with a GradScaler where it has none."""
+    """The chip, its mixed precision (bfloat16, or float16 with a GradScaler where it has none) and how its
+    overflow is seen (inf, or the float-status flag of a chip that saturates)."""
     name = dev.device_name(device)
     # what the chip can do, not what this run does (the start line says that): a float32 run said "bfloat16"
     precision = (
@@ -204,7 +206,9 @@ def chip(device: torch.device) -> list[Finding]:
         if dev.is_bf16_supported(device)
         else "no bfloat16: --amp uses float16 with a GradScaler"
     )
-    return [Finding("note", f"{device}: {name}, {precision}")]
+    mode = overflow_mode(device)
+    overflow = f"; {mode.describe()}" if mode.flag else ""
+    return [Finding("note", f"{device}: {name}, {precision}{overflow}")]
 
 
 def settings(kind: dev.DeviceKind) -> list[Finding]:

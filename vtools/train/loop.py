@@ -2,12 +2,15 @@
 
 The hot loop never waits for the device except at log steps: losses are kept
 in a device-side window and checked for non-finite values there, which still
-names the exact step where training broke.
+names the exact step where training broke. On a chip that saturates (no inf to
+find, vtools/runtime/overflow.py) the window also keeps, per step, whether the
+chip's float-status flag rose in the forward pass.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import signal
 import sys
@@ -30,6 +33,7 @@ from vtools.progress import progress
 from vtools.runtime import device as dev
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.distributed import all_reduce_sum, any_rank
+from vtools.runtime.overflow import FloatStatusFlag, float_status_flag
 from vtools.train.recipe import clip_parameters
 
 
@@ -261,16 +265,32 @@ class EpochResult:
         return self.data_seconds / self.seconds if self.seconds else 0.0
 
 
-def _check_finite(window: torch.Tensor, filled: int, epoch: int, first_step: int, advice: str) -> None:
-    """One device sync per log step: find the first non-finite loss in the window, if any; ``advice``: what to
-    try, for the run's precision (:meth:`AmpPolicy.non_finite_advice`)."""
+def _check_finite(
+    window: torch.Tensor,
+    filled: int,
+    epoch: int,
+    first_step: int,
+    advice: str,
+    saturated: torch.Tensor | None = None,
+) -> None:
+    """One device sync per log step: find the first loss in the window that overflowed, if any: non-finite, or
+    (on a chip that saturates) computed by a forward pass that raised the float-status flag (``saturated``).
+    ``advice``: what to try, for the run's precision (:meth:`AmpPolicy.non_finite_advice`)."""
     values = window[:filled]
-    bad = (~torch.isfinite(values)).nonzero()
-    if bad.numel():
-        step = first_step + int(bad[0, 0])
+    bad = ~torch.isfinite(values)
+    if saturated is not None:
+        bad |= saturated[:filled]
+    where = bad.nonzero()
+    if where.numel():
+        index = int(where[0, 0])
+        value = values[index].item()
+        how = (
+            f"it became {value}"
+            if not math.isfinite(value)
+            else f"the chip saturates: its float-status flag rose in the forward pass, and the loss read {value:.6g}"
+        )
         raise RunFailed(
-            f"training stopped: the loss became non-finite ({values[int(bad[0, 0])].item()}) at "
-            f"epoch {epoch} step {step}; {advice}"
+            f"training stopped: the loss overflowed at epoch {epoch} step {first_step + index} ({how}); {advice}"
         )
 
 
@@ -318,6 +338,8 @@ def train_one_epoch(
     model.train()
     total_steps = start_step + len(loader)
     window = torch.zeros(max(1, log_interval), device=device)
+    status = float_status_flag(device, parts.amp.overflow)  # a saturating chip's: whether a forward overflowed
+    saturated = torch.zeros(len(window), dtype=torch.bool, device=device) if status is not None else None
     loss_sum = torch.full((), float(carried[0]), device=device)
     skipped = torch.zeros((), device=device, dtype=torch.int64)
     samples, filled, window_start, data_seconds = 0, 0, start_step, 0.0
@@ -342,9 +364,13 @@ def train_one_epoch(
             images, targets = parts.mixup(images, targets)
         is_update = (step + 1) % accum == 0 or step + 1 == total_steps
         sync_context = model.no_sync() if hasattr(model, "no_sync") and not is_update else nullcontext()
+        if status is not None:
+            _lower_before_forward(status, parts.scaler)
         with sync_context:
             with parts.amp.autocast():
                 loss = parts.loss(images, targets)
+            if status is not None:
+                saturated[filled] = status.raised()
             scaled = loss / accumulation_divisor(step, total_steps, accum)
             (parts.scaler.scale(scaled) if parts.scaler is not None else scaled).backward()
         if is_update:
@@ -362,7 +388,7 @@ def train_one_epoch(
         samples += len(targets)
         filled += 1
         if filled == len(window) or step + 1 == total_steps:
-            _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice())
+            _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice(), saturated)
             window_loss, lr = window[:filled].mean().item(), parts.optimizer.param_groups[0]["lr"]
             elapsed = time.perf_counter() - start
             images_per_second = samples / elapsed
@@ -382,7 +408,7 @@ def train_one_epoch(
             break
         last_fetch = time.perf_counter()
     if filled:
-        _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice())
+        _check_finite(window, filled, epoch, window_start, parts.amp.non_finite_advice(), saturated)
     local = torch.stack(
         [loss_sum, loss_sum.new_tensor(float(samples + carried[1])), loss_sum.new_tensor(float(samples))]
     )
@@ -402,6 +428,16 @@ def train_one_epoch(
         local_samples=int(local_samples),
         lost=lost,
     ), num_updates
+
+
+def _lower_before_forward(status: FloatStatusFlag, scaler: torch.amp.GradScaler | None) -> None:
+    """Lower the flag so that a rise shows this forward pass's own overflow, not one from before it (an
+    evaluation, the update, the next batch's normalisation). An overflow of the update in progress (an earlier
+    micro-batch's backward) is handed to the scaler first, which still owes it a skipped step."""
+    hold = getattr(scaler, "hold_flag", None)
+    if hold is not None:
+        hold(status)
+    status.clear()
 
 
 def _optimizer_step(parts: TrainComponents) -> torch.Tensor:

@@ -10,7 +10,6 @@ command built; the verbs read the few values of :class:`EpochSettings`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -660,9 +659,11 @@ def check_finite(epoch: int, metrics: EvalResult | None, model: torch.nn.Module)
     loss and every weight and buffer must be finite (one check per epoch, one host sync)."""
     tensors = [t for t in unwrap(model).state_dict().values() if t.is_floating_point()]
     weights_finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
-    loss_finite = metrics is None or math.isfinite(metrics.loss)
+    loss_finite = metrics is None or not metrics.overflowed
     if not (weights_finite and loss_finite):
-        what = "the weights hold non-finite values" if not weights_finite else f"the eval loss is {metrics.loss}"
+        what = (
+            "the weights hold non-finite values" if not weights_finite else f"the eval loss {metrics.overflow_words()}"
+        )
         raise RunFailed(
             f"epoch {epoch}: {what}: training diverged; the epoch is not saved (lower --lr, raise "
             "--warmup-epochs, or use --clip-grad), and the previous checkpoint is intact"
