@@ -148,6 +148,20 @@ def chip_device_flags(device_type: str) -> list[str]:
     return device_flags("npu" if device_type == NPU_910A else device_type)
 
 
+def scaled_batches(device: torch.device, scales: list[float], seed: int, size: int = 4) -> list[Any]:
+    """Batches of 6 random features and 3 classes, one per entry of ``scales``, its inputs multiplied by it
+    (1: ordinary data; 1e5: past float16's range): the overflow tests' data."""
+    from vtools.data.loaders import Batch
+
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for index, scale in enumerate(scales):
+        images = torch.randn(size, 6, generator=generator) * scale
+        targets = torch.randint(0, 3, (size,), generator=generator)
+        batches.append(Batch(images.to(device), targets.to(device), torch.arange(index * size, (index + 1) * size)))
+    return batches
+
+
 @pytest.fixture(params=CHIP_DEVICES)
 def chip_device(request: pytest.FixtureRequest) -> Iterator[torch.device]:
     """A resolved device of each type the suite covers, then the npu posing as a 910A for the test."""

@@ -1,20 +1,21 @@
-"""Which Ascend chip the emulator poses as, and how that chip handles a floating-point overflow.
+"""Which Ascend chip the emulator poses as, and how that chip behaves: from vtools' own chip table.
 
-``VTOOLS_EMU_NPU_CHIP`` names the chip (``get_device_name`` reports torch_npu's SoC name for it). What
-differs between chips that vtools must see is data here, each value with its source:
+``VTOOLS_EMU_NPU_CHIP`` names the chip by its family's key (``910A``, ``910B``, ``910_93``, ``950``; also
+``910B1``..``910B4``); ``get_device_name`` reports the SoC name torch_npu would. What the chip does differently
+comes from the family's cells in vtools/runtime/device_chips.py, each with its source there, so the emulator
+and vtools cannot disagree about a chip: bfloat16 (none on a 910A), the default ``jit_compile``, and overflow:
 
-- **bfloat16**: an Atlas training chip (910A) has none (torch_npu's ``is_bf16_supported``).
-- **Overflow** (CANN's ``aclrtFloatOverflowMode`` and ``INF_NAN_MODE_ENABLE`` pages): Atlas A2/A3 chips (910B)
-  run in Inf/NaN mode, IEEE 754; an Atlas training chip has only the saturation mode, where a result that
-  would be +-inf is the dtype's largest value and NaN is 0, and overflow shows only in the chip's
-  float-status flag (npu_overflow.cpp keeps it). A 910B saturates too when asked to, with
-  ``INF_NAN_MODE_ENABLE=0`` and ``INF_NAN_MODE_FORCE_DISABLE=1`` (the first alone is refused with the
-  wheel's warning). ``FORCE_OVERFLOW_CHECK=1`` keeps the flag on an Inf/NaN chip as well, from CANN 9.1.0
-  on (torch_npu's ``is_force_overflow_check``); the emulated CANN is ``VTOOLS_EMU_NPU_CANN_VERSION``
-  (default 9.1.0).
+- an Atlas training chip (910A) has only the saturation mode: a result that would be +-inf is the dtype's
+  largest value, NaN is 0, and overflow shows only in the chip's float-status flag (npu_overflow.cpp keeps it);
+- Atlas A2/A3 chips run in Inf/NaN mode and saturate only when asked to, with ``INF_NAN_MODE_ENABLE=0`` and
+  ``INF_NAN_MODE_FORCE_DISABLE=1`` (the first alone is refused with the wheel's warning); Ascend950 runs in
+  Inf/NaN mode only;
+- ``FORCE_OVERFLOW_CHECK=1`` keeps the flag on an Inf/NaN chip as well, from CANN 9.1.0 on (torch_npu's
+  ``is_force_overflow_check``); the emulated CANN is ``VTOOLS_EMU_NPU_CANN_VERSION`` (default 9.1.0).
 
-The mode is set when the emulator is installed, as the real runtime sets it when it starts;
-:func:`posing_as` switches chips inside one process, for tests that run one body on both.
+With no chip named the emulator is a generic one ("Emulated Ascend NPU"): Inf/NaN, bfloat16, jit_compile on.
+The mode is set when the emulator is installed, as the real runtime sets it when it starts; :func:`posing_as`
+switches chips inside one process, for tests that run one body on several.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from vtools.runtime.device_chips import CHIP_FAMILIES, IEEE_ONLY, SATURATES, ChipFamily, family_by_key, family_of
+
 from ._build import load_extension
 
 # VTOOLS_EMU_NPU_CHIP -> what torch_npu's get_device_name reports (the SoC name from aclrtGetSocName)
-CHIPS = {"910A": "Ascend910A", "910B": "Ascend910B1", **{f"910B{n}": f"Ascend910B{n}" for n in range(1, 5)}}
-# chips of the Atlas training series: no bfloat16, no Inf/NaN mode
-TRAINING_SERIES = {"910A"}
+CHIPS = {
+    **{family.key: family.socs[0] for family in CHIP_FAMILIES},
+    **{f"910B{n}": f"Ascend910B{n}" for n in range(1, 5)},
+}
 DEFAULT_CANN = "9.1.0"
 FORCE_CHECK_CANN = (9, 1, 0)  # the release from which FORCE_OVERFLOW_CHECK takes effect
 # the wheel's words (libtorch_npu.so)
@@ -44,16 +48,39 @@ OLD_CANN_FORCE = (
 
 
 def chip() -> str | None:
-    """VTOOLS_EMU_NPU_CHIP (910A, 910B or 910B1-910B4), None when unset; anything else raises ValueError."""
+    """VTOOLS_EMU_NPU_CHIP, None when unset; a value not in :data:`CHIPS` raises ValueError."""
     value = os.environ.get("VTOOLS_EMU_NPU_CHIP", "").strip()
     if value and value not in CHIPS:
         raise ValueError(f"VTOOLS_EMU_NPU_CHIP must be one of {', '.join(CHIPS)}, got {value!r}")
     return value or None
 
 
-def training_series() -> bool:
-    """Whether the emulated chip is an Atlas training chip (910A)."""
-    return chip() in TRAINING_SERIES
+def family() -> ChipFamily | None:
+    """The chip table's family of the emulated chip; None for the generic emulator."""
+    name = chip()
+    return family_of(CHIPS[name]) if name else None
+
+
+def bf16_supported() -> bool:
+    found = family()
+    return found is None or bool(found.bf16.value)
+
+
+def jit_compile_default() -> bool:
+    found = family()
+    return found is None or bool(found.jit_compile.value)
+
+
+def internal_format_default() -> bool:
+    found = family()
+    return found is None or bool(found.internal_format.value)
+
+
+def fused_on_device(kernel: str) -> bool:
+    """Whether fused step ``kernel`` (``_fused_adam_``) has a device kernel on this chip; the generic emulator
+    is as conservative as the chips below Ascend950."""
+    found = family()
+    return kernel in (found.fused_steps.value if found else family_by_key("910B").fused_steps.value)
 
 
 def _switch(name: str) -> bool:
@@ -68,8 +95,9 @@ def inf_nan_mode() -> bool:
     """Whether overflow gives inf and NaN (Inf/NaN mode) rather than saturated values."""
     enable = _switch("INF_NAN_MODE_ENABLE") if "INF_NAN_MODE_ENABLE" in os.environ else True
     force_disable = _switch("INF_NAN_MODE_FORCE_DISABLE")
-    if training_series():
-        return False  # only the saturation mode; INF_NAN_MODE_ENABLE has no effect there
+    mode = family().inf_nan_mode.value if family() else None
+    if mode in (SATURATES, IEEE_ONLY):
+        return mode == IEEE_ONLY  # the one mode the chip has; INF_NAN_MODE_ENABLE has no effect there
     if not enable and not force_disable:
         print(REFUSED_DISABLE, file=sys.stderr, flush=True)
         return True

@@ -147,9 +147,9 @@ def _is_in_bad_fork() -> bool:
 
 
 def is_bf16_supported(including_emulation: bool = False) -> bool:
-    """False with VTOOLS_EMU_NPU_NO_BF16=1 or VTOOLS_EMU_NPU_CHIP=910A (an Ascend 910A), else True (910B).
+    """False with VTOOLS_EMU_NPU_NO_BF16=1 or a chip without bfloat16 (a 910A: the chip table), else True.
     ``including_emulation`` is torch_npu's parameter, which it ignores too."""
-    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and not chips.training_series()
+    return os.environ.get("VTOOLS_EMU_NPU_NO_BF16", "") != "1" and chips.bf16_supported()
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -304,13 +304,59 @@ class stream:
             set_stream(self.previous)
 
 
-# torch_npu's operator compile mode: with jit_compile on, an operator is compiled for each new input shape
-_compile_mode = {"jit_compile": True}
+# torch_npu's operator compile mode: with jit_compile on, an operator is compiled for each new input shape; until
+# set, the chip's default (vtools/runtime/device_chips.py: on for a 910A, off for Atlas A2/A3 and Ascend950)
+_compile_mode: dict[str, bool] = {}
 
 
 def set_compile_mode(jit_compile: bool = False) -> None:
     _compile_mode["jit_compile"] = bool(jit_compile)
 
 
+# the launch queue's level: TASK_QUEUE_ENABLE at start (default 1), 0 under ASCEND_LAUNCH_BLOCKING=1 whatever was set
+_task_queue: dict[str, int] = {}
+
+
+def set_task_queue_enable(mode: int | str) -> None:
+    mode = int(mode)
+    if mode not in (0, 1, 2):
+        raise RuntimeError(f"mode must be 0, 1, or 2, but got {mode}." + _pta_error((3, "invalid value")))
+    _task_queue["mode"] = mode
+
+
+def get_task_queue_enable() -> int:
+    if os.environ.get("ASCEND_LAUNCH_BLOCKING") == "1":
+        return 0
+    return _task_queue.get("mode", int(os.environ.get("TASK_QUEUE_ENABLE", "1") or "1"))
+
+
 def is_jit_compile_false() -> bool:
-    return not _compile_mode["jit_compile"]
+    return not _compile_mode.get("jit_compile", chips.jit_compile_default())
+
+
+# --- settings torch_npu keeps in the runtime's option table, as attributes -------------------------------------
+
+
+class _Settings:
+    """``torch.npu.matmul``, ``torch.npu.conv``, ``torch.npu.config``: boolean switches with torch_npu's names
+    and defaults (``npu_config.py``: HF32 matmuls off, convolutions on; internal formats as the chip table says),
+    refusing what is not a bool as its own do."""
+
+    def __init__(self, **defaults: Any) -> None:
+        object.__setattr__(self, "_values", dict(defaults))
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._values[name]
+        return value() if callable(value) else value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._values:
+            raise AttributeError(name)
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, but got {type(value).__name__}" + _pta_error((2, "invalid type")))
+        self._values[name] = value
+
+
+matmul = _Settings(allow_hf32=False)
+conv = _Settings(allow_hf32=True)
+config = _Settings(allow_internal_format=lambda: chips.internal_format_default())

@@ -25,6 +25,8 @@ Which operators announce:
     logit's backward among them, reached by models that use ``Tensor.unfold``,
     such as timm's HaloNets), and ``aten::_masked_softmax`` called with
     arguments its NPU kernel does not take (:data:`MASKED_SOFTMAX_CONDITIONS`);
+  * on the chips whose fused steps lack them (:data:`CHIP_WORDS`: Adam's fused
+    step below Ascend950), at every call;
   * those listed in ``VTOOLS_EMU_NPU_FALLBACK_OPS``: as if the NPU had no kernel
     for them, with the kernel's own words where torch_npu has some for a CANN
     that lacks it (:data:`OLD_CANN_WORDS`), else the boxed fallback's.
@@ -86,6 +88,10 @@ KERNEL_WORDS: dict[str, str] = {
     "aten::logit.out": _LOGIT,
     "aten::logit_backward": _LOGIT_BACKWARD,
     "aten::logit_backward.grad_input": _LOGIT_BACKWARD,
+}
+# kernels that run on the host on some chips only (below Ascend950: the chip table's fused steps, in
+# vtools/runtime/device_chips.py), announced with a plain TORCH_NPU_WARN: at every call, not once per process
+CHIP_WORDS: dict[str, str] = {
     "aten::_fused_adam_": BOXED.format(op="aten::_fused_adam_"),
 }
 # kernels that run on the host where CANN lacks them (here: when listed in VTOOLS_EMU_NPU_FALLBACK_OPS)
@@ -111,21 +117,32 @@ SPARSE_WORDS: dict[str, str] = {
 
 def announcement(op: str) -> str:
     """torch_npu's words for ``op`` run on the host (without the logger's prefix)."""
-    return KERNEL_WORDS.get(op) or OLD_CANN_WORDS.get(op) or BOXED.format(op=op)
+    return KERNEL_WORDS.get(op) or OLD_CANN_WORDS.get(op) or CHIP_WORDS.get(op) or BOXED.format(op=op)
 
 
 def every_sentence() -> list[str]:
     """Every sentence this module can print, its templates with ``{op}`` left in."""
-    tables = (KERNEL_WORDS, OLD_CANN_WORDS, SPARSE_WORDS)
+    tables = (KERNEL_WORDS, OLD_CANN_WORDS, SPARSE_WORDS, CHIP_WORDS)
     return sorted({BOXED, MASKED_SOFTMAX_CONDITIONS, *(words for table in tables for words in table.values())})
 
 
 def masked_softmax_unmet(
     inputs: torch.Tensor, mask: Any = None, dim: int | None = None, mask_type: int | None = None
-) -> bool:
-    """Whether torch_npu's _masked_softmax kernel refuses these arguments (then it runs on the host)."""
+) -> str | None:
+    """torch_npu's words when its _masked_softmax kernel refuses these arguments (then it runs on the host)."""
     last = dim is None or dim in (-1, inputs.dim() - 1)
-    return not (last and mask_type == 2 and inputs.dim() == 4)
+    return None if last and mask_type == 2 and inputs.dim() == 4 else MASKED_SOFTMAX_CONDITIONS
+
+
+def _on_the_host_of_this_chip(op: str) -> Callable[..., str | None]:
+    """A refusal for a fused step that runs on the host on the chips whose fused steps lack it."""
+
+    def refuses(*args: Any, **kwargs: Any) -> str | None:
+        from . import chips
+
+        return None if chips.fused_on_device(op.split("::")[1]) else CHIP_WORDS[op]
+
+    return refuses
 
 
 def _log_line(text: str, function: str) -> bytes:
@@ -145,8 +162,9 @@ class _Hooks:
     original: Any
     library: Any
     fallback: bool = False
-    # the device kernel's own refusal of some arguments: a predicate over the call's, then it runs on the host
-    refuses: Callable[..., bool] | None = None
+    # the device kernel's own refusal: the words it announces a call's host run with (None: it runs on the device)
+    refuses: Callable[..., str | None] | None = None
+    every_call: bool = False  # its refusal is announced at every call (a plain TORCH_NPU_WARN)
     fault_scale: float | None = None
     device_ms: float | None = None  # device time each call queues (device_time.py); the call returns at once
     waits_for_device: bool = False  # a host read: waits for queued device time first (device_time.py)
@@ -200,9 +218,9 @@ def _schema_name(overload: torch._ops.OpOverload) -> str:
     return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
 
 
-def _announce(text: str, function: str) -> None:
+def _announce(text: str, function: str, every_call: bool = False) -> None:
     with _STATE.lock:
-        if _STATE.announce == "once":
+        if _STATE.announce == "once" and not every_call:
             if text in _STATE.announced:
                 return
             _STATE.announced.add(text)
@@ -225,8 +243,8 @@ def _make_kernel(hooks: _Hooks) -> Callable[..., Any]:
         if hooks.fallback:
             boxed = hooks.op not in KERNEL_WORDS and hooks.op not in OLD_CANN_WORDS
             _announce(announcement(hooks.op), "npu_cpu_fallback" if boxed else hooks.op.split("::")[1])
-        elif hooks.refuses is not None and hooks.refuses(*args, **kwargs):
-            _announce(MASKED_SOFTMAX_CONDITIONS, hooks.op.split("::")[1])
+        elif hooks.refuses is not None and (words := hooks.refuses(*args, **kwargs)) is not None:
+            _announce(words, hooks.op.split("::")[1], every_call=hooks.every_call)
         if hooks.waits_for_device:
             device_time.wait_idle()
         result = hooks.original.call_boxed(keyset, *args, **kwargs)
@@ -244,9 +262,10 @@ def hook(
     *,
     fallback: bool | None = None,
     fault_scale: float | None = None,
-    refuses: Callable[..., bool] | None = None,
+    refuses: Callable[..., str | None] | None = None,
     device_ms: float | None = None,
     waits_for_device: bool | None = None,
+    every_call: bool | None = None,
 ) -> None:
     """Wrap ``op``'s npu kernel (once) and set what the wrapper does: announce a host fallback (at every call,
     or for the calls ``refuses`` picks), scale floating-point results by ``1 + fault_scale``, queue
@@ -266,6 +285,8 @@ def hook(
         hooks.fault_scale = fault_scale
     if refuses is not None:
         hooks.refuses = refuses
+    if every_call is not None:
+        hooks.every_call = every_call
     if device_ms is not None:
         hooks.device_ms = device_ms
     if waits_for_device is not None:
@@ -334,10 +355,12 @@ def falling_back(ops: Sequence[str], announce: str = "once") -> Iterator[None]:
 
 def install_real_fallbacks() -> None:
     """The operators torch_npu 2.14.0 itself runs on the host: :data:`KERNEL_WORDS` always, _masked_softmax
-    for arguments its kernel refuses."""
+    for arguments its kernel refuses, :data:`CHIP_WORDS` on the chips that lack them."""
     for op in KERNEL_WORDS:
         hook(op, fallback=True)
     hook("aten::_masked_softmax", refuses=masked_softmax_unmet)
+    for op in CHIP_WORDS:
+        hook(op, refuses=_on_the_host_of_this_chip(op), every_call=True)
 
 
 def install_from_env() -> None:

@@ -10,23 +10,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import scaled_batches
 from vtools.data.loaders import Batch
 from vtools.errors import RunFailed
 from vtools.evaluation.loops import evaluate
 from vtools.evaluation.validation import check_result
 from vtools.runtime.amp import resolve_amp
 
-BATCH, FEATURES, CLASSES = 4, 6, 3
+BATCH, FEATURES, CLASSES = 4, 6, 3  # as scaled_batches makes them
 
 
 def _batches(device: torch.device, scales: list[float]) -> list[Batch]:
-    generator = torch.Generator().manual_seed(5)
-    batches = []
-    for index, scale in enumerate(scales):
-        images = torch.randn(BATCH, FEATURES, generator=generator) * scale
-        targets = torch.randint(0, CLASSES, (BATCH,), generator=generator)
-        batches.append(Batch(images.to(device), targets.to(device), torch.arange(index * BATCH, (index + 1) * BATCH)))
-    return batches
+    return scaled_batches(device, scales, seed=5)
 
 
 def test_outputs_that_overflow_are_refused_on_every_chip(chip_device: torch.device) -> None:

@@ -31,6 +31,7 @@ from vtools.observe.fallback import FallbackWatch
 from vtools.options.train_job import TrainJob
 from vtools.runtime import device as dev
 from vtools.runtime import preflight
+from vtools.runtime.device_chips import CHIP_FAMILIES, LIBRARY, family_of
 from vtools.train.recipe import build_optimizer
 
 SAMPLE_OP = "aten::isin.Tensor_Tensor_out"  # where the boxed fallback's sentence names its operator
@@ -179,9 +180,17 @@ def test_the_npu_rows_dotted_names_are_in_the_wheel(torch_npu_wheel: Path) -> No
     assert function in npu_wheel.namespace(torch_npu_wheel, module), kind.toolkit_version
     assert npu_wheel.module_file(torch_npu_wheel, kind.profiler_module).is_file(), kind.profiler_module
     real = npu_wheel.namespace(torch_npu_wheel, "torch_npu.npu")
-    for function, keyword, value in kind.runtime_settings:
-        signature = npu_wheel.signature(real[function])
-        signature.bind(**{keyword: value})
+    settings_source = (torch_npu_wheel / "torch_npu" / "npu" / "npu_config.py").read_text(encoding="utf-8")
+    targets = [target for setting in kind.runtime_settings for target in setting.targets]
+    assert len(targets) == 4
+    for target in targets:
+        if target.endswith(")"):  # a call with one keyword
+            function, keyword = target[:-1].split("(")
+            npu_wheel.signature(real[function]).bind(**{keyword: False})
+        else:  # an attribute of one of torch_npu.npu's setting objects (npu_config.py's classes)
+            owner, attribute = target.split(".")
+            assert isinstance(real[owner], ast.Assign), target
+            assert f'name == "{attribute}"' in settings_source, target
 
 
 def test_the_backend_profiler_calls_vtools_makes_bind_to_the_wheels(torch_npu_wheel: Path) -> None:
@@ -354,3 +363,40 @@ def test_the_emulators_float_status_api_and_words_are_the_wheels(torch_npu_wheel
     for variable in ("INF_NAN_MODE_ENABLE", "INF_NAN_MODE_FORCE_DISABLE", "FORCE_OVERFLOW_CHECK"):
         assert npu_wheel.mentions(torch_npu_wheel, variable), variable
     assert f"{'.'.join(str(n) for n in chips.FORCE_CHECK_CANN)}" in wheel_utils  # is_force_overflow_check's 9.1.0
+
+
+# ---------------------------------------------------------------- the chip table
+
+
+def test_every_chip_the_table_names_is_one_the_wheel_knows(torch_npu_wheel: Path) -> None:
+    """Each family's SoC names are in the library (they are what get_device_name reports), and no family claims
+    another's."""
+    strings = npu_wheel.library_strings(torch_npu_wheel)
+    socs = [soc for family in CHIP_FAMILIES for soc in family.socs]
+    assert [soc for soc in socs if soc not in strings] == []
+    assert len(socs) == len(set(socs))
+    for family in CHIP_FAMILIES:
+        assert all(family_of(soc) is family for soc in family.socs), family.key
+    assert family_of("Ascend950DT_9582x").key == "950" and family_of("Tesla V100") is None
+
+
+def test_every_cell_the_wheel_states_is_stated_there(torch_npu_wheel: Path) -> None:
+    """A cell sourced from the wheel names a file (or the library) and the words that state it: each is there.
+    A cell without them is a document's only, and says which (its version in its source)."""
+    checked = 0
+    for family in CHIP_FAMILIES:
+        for name, cell in family.cells().items():
+            assert cell.source, (family.key, name)
+            if cell.wheel is None:
+                assert re.search(r"\d+\.\d+", cell.source) or "not documented" in cell.source, (family.key, name)
+                continue
+            where, text = cell.wheel
+            if where == LIBRARY:
+                found = any(text in line for line in npu_wheel.library_strings(torch_npu_wheel))
+            else:
+                found = text in (torch_npu_wheel / "torch_npu" / where).read_text(encoding="utf-8")
+            assert found, (family.key, name, where, text)
+            checked += 1
+    assert checked >= 8  # the check is not vacuous
+    strings = npu_wheel.library_strings(torch_npu_wheel)
+    assert "wrapper_NPU___fused_adamw_" in strings and "wrapper_NPU___fused_sgd_" in strings  # both NPU kernels

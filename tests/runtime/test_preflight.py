@@ -96,12 +96,70 @@ def test_the_rendezvous_port_in_use_stops_an_srun_style_launch(fashion4: Path, t
 
 
 def test_the_start_line_names_the_chip_and_the_settings_applied(fashion4: Path, tmp_path: Path) -> None:
-    """910A-like (no bf16): the start line says fp16 + GradScaler; --device-settings turns jit_compile off."""
+    """A 910A (no bf16, operators compiled per shape by default): the start line names the chip and its family,
+    says fp16 + GradScaler, and --device-settings turns jit_compile off."""
     flags = [*device_flags("npu"), "--epochs", "1", "--device-settings"]
-    proc = run_script(train_args(fashion4, tmp_path, "run", *flags), env={"VTOOLS_EMU_NPU_NO_BF16": "1"})
+    proc = run_script(train_args(fashion4, tmp_path, "run", *flags), env={"VTOOLS_EMU_NPU_CHIP": "910A"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "no bfloat16: --amp uses float16 with a GradScaler" in proc.stdout
+    assert "npu:0: Ascend910A (Atlas training series (910A)), no bfloat16: --amp uses float16" in proc.stdout
     assert "device: applied npu.set_compile_mode(jit_compile=False)" in proc.stdout
+
+
+@pytest.fixture
+def emulated_settings() -> None:
+    """The emulated npu's settings as a new process has them, before and after the test."""
+    load_emulated_npu()
+    from tests.emulated_npu import device as emulated
+
+    saved = (dict(emulated._compile_mode), dict(emulated.matmul._values), dict(emulated.conv._values))
+    yield
+    emulated._compile_mode.clear()
+    emulated._compile_mode.update(saved[0])
+    emulated.matmul._values.update(saved[1])
+    emulated.conv._values.update(saved[2])
+
+
+@pytest.mark.npu_only(reason="the emulated npu posing as each chip family, whose defaults differ")
+@pytest.mark.parametrize(("chip", "applied"), [("910A", True), ("910B", False), ("910_93", False), ("950", False)])
+def test_the_recommended_settings_apply_only_where_the_chip_lacks_them(
+    chip: str, applied: bool, emulated_settings: None
+) -> None:
+    """jit_compile is on by default on the Atlas training series only (the chip table): a bare
+    --device-settings turns it off there, and elsewhere says it already is."""
+    from tests.emulated_npu.chips import posing_as
+
+    with posing_as(chip):
+        npu = torch.device("npu:0")
+        family = preflight.dev.chip_family(npu)
+        assert torch.npu.is_jit_compile_false() is not applied
+        [line] = preflight.apply_settings(npu, recommended=True, named={})
+        assert torch.npu.is_jit_compile_false()
+    expected = (
+        "applied npu.set_compile_mode(jit_compile=False)"
+        if applied
+        else f"jit_compile is already False by default on the {family.name}"
+    )
+    assert line == expected
+
+
+@pytest.mark.npu_only(reason="the emulated npu's settings objects, torch_npu's names")
+def test_settings_by_name_set_each_target_and_refuse_what_is_unknown(emulated_settings: None) -> None:
+    from vtools.errors import UsageError
+
+    npu = torch.device("npu:0")
+    lines = preflight.apply_settings(npu, recommended=False, named={"allow_hf32": "true", "jit_compile": False})
+    assert lines == [
+        "applied npu.set_compile_mode(jit_compile=False)",
+        "applied npu.matmul.allow_hf32 = True",
+        "applied npu.conv.allow_hf32 = True",
+    ]
+    assert torch.npu.matmul.allow_hf32 and torch.npu.conv.allow_hf32 and torch.npu.is_jit_compile_false()
+    with pytest.raises(UsageError, match=r"^--device-kwargs allow_tf32: npu has no such setting \(it has: jit_co"):
+        preflight.apply_settings(npu, recommended=False, named={"allow_tf32": True})
+    with pytest.raises(UsageError, match=r"^--device-kwargs allow_hf32=maybe: expected true or false$"):
+        preflight.apply_settings(npu, recommended=False, named={"allow_hf32": "maybe"})
+    with pytest.raises(UsageError, match=r"cpu has no such setting \(it has: none\)"):
+        preflight.apply_settings(torch.device("cpu"), recommended=False, named={"jit_compile": False})
 
 
 @pytest.mark.npu_only(reason="the emulated npu's chip, with and without bfloat16")
@@ -116,13 +174,56 @@ def test_the_chip_note_says_what_amp_would_use_not_what_the_run_uses(monkeypatch
 
 
 def test_recommended_settings_are_reported_until_set() -> None:
-    unset = run_script(CHECK_NPU, env={"TASK_QUEUE_ENABLE": None, "HCCL_CONNECT_TIMEOUT": None})
-    assert (
-        "preflight note: TASK_QUEUE_ENABLE=(unset)" in unset.stdout
-        and "recommended TASK_QUEUE_ENABLE=2" in unset.stdout
+    unset = run_script(CHECK_NPU, env={"HCCL_CONNECT_TIMEOUT": None, "PYTORCH_NPU_ALLOC_CONF": None})
+    assert "preflight note: HCCL_CONNECT_TIMEOUT=(unset)" in unset.stdout
+    assert "recommended PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in unset.stdout
+    done = run_script(
+        CHECK_NPU, env={"HCCL_CONNECT_TIMEOUT": "1200", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
     )
-    done = run_script(CHECK_NPU, env={"TASK_QUEUE_ENABLE": "2", "HCCL_CONNECT_TIMEOUT": "1200"})
-    assert "TASK_QUEUE_ENABLE" not in done.stdout.split("preflight")[-1] and "HCCL_CONNECT_TIMEOUT=(" not in done.stdout
+    assert "HCCL_CONNECT_TIMEOUT=(" not in done.stdout and "ALLOC_CONF" not in done.stdout.split("preflight")[-1]
+
+
+@pytest.mark.npu_only(reason="torch_npu's variables, read through the emulated npu's backend")
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, []),
+        ({"TASK_QUEUE_ENABLE": "2"}, []),
+        ({"TASK_QUEUE_ENABLE": "0"}, ["note: the npu launch queue is off (TASK_QUEUE_ENABLE=0"]),
+        ({"ASCEND_LAUNCH_BLOCKING": "1"}, ["warning: ASCEND_LAUNCH_BLOCKING=1: every operator launch waits"]),
+        ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, []),
+        (
+            {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"},
+            [
+                "note: PYTORCH_ALLOC_CONF=max_split_size_mb:512: less fragmentation when sizes change; recommended "
+                "PYTORCH_ALLOC_CONF=max_split_size_mb:512,expandable_segments:True"
+            ],
+        ),
+        (
+            {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"},
+            ["error: both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are set, which the backend refuses"],
+        ),
+    ],
+    ids=["defaults", "queue-2", "queue-off", "blocking", "torch-alloc-conf", "torch-alloc-conf-item", "both"],
+)
+def test_the_launch_queue_is_asked_and_the_allocator_variable_is_the_one_set(
+    environment: dict[str, str], expected: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's level is the backend's (the variable is not: a blocking launch forces it off); the
+    allocator advice goes to whichever of torch_npu's two variables is set."""
+    load_emulated_npu()
+    names = ("TASK_QUEUE_ENABLE", "ASCEND_LAUNCH_BLOCKING", "PYTORCH_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CPU_AFFINITY_CONF", "2")
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "1200")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    if "PYTORCH_ALLOC_CONF" not in environment:
+        monkeypatch.setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True")
+    found = preflight.settings(preflight.dev.kind_of("npu"), torch.device("npu:0"))
+    lines = [f"{finding.severity}: {finding.text}" for finding in found]
+    assert len(lines) == len(expected) and all(line.startswith(start) for line, start in zip(lines, expected)), lines
 
 
 def test_findings_are_data_not_branches() -> None:

@@ -22,7 +22,7 @@ from vtools.data.sampling import EpochSampler, SeededSamples
 from vtools.options.train_job import TrainJob
 from vtools.runtime.device import fused_optimizer
 from vtools.train.checkpoint import BEST, LAST, CheckpointManager
-from vtools.train.recipe import build_optimizer, load_optimizer_state
+from vtools.train.recipe import build_optimizer, fused_kernel, load_optimizer_state
 
 
 def test_background_checkpoint_holds_the_state_at_save_time(device: torch.device, tmp_path: Path) -> None:
@@ -54,7 +54,9 @@ def test_optimizer_steps_follow_timms_optimizer(device: torch.device, opt: str) 
     args = build_parser().parse_args(["--opt", opt, "--weight-decay", "0.05", "--momentum", "0.9"])
     ours = build_optimizer(ours_model, typed_options(TrainJob, args).optim, lr=0.01)
     reference = create_optimizer_v2(timm_model, opt, lr=0.01, weight_decay=0.05, momentum=0.9)
-    assert bool(ours.param_groups[0].get("fused")) == (fused_optimizer(device) and opt != "lamb")
+    kernel = fused_kernel(opt)
+    assert bool(ours.param_groups[0].get("fused")) == (kernel is not None and fused_optimizer(device, kernel))
+    assert (kernel is None) == (opt == "lamb")
     images = torch.randn(4, 3, 32, 32, device=device)
     targets = torch.tensor([0, 1, 2, 3], device=device)
     for _ in range(3):

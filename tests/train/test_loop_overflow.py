@@ -13,24 +13,17 @@ import copy
 import pytest
 import torch
 
+from tests.conftest import scaled_batches
 from vtools.data.loaders import Batch
 from vtools.errors import RunFailed
 from vtools.runtime.amp import resolve_amp
 from vtools.train.loop import TrainComponents, train_one_epoch
 
-BATCH, FEATURES, CLASSES = 4, 6, 3
+BATCH, FEATURES, CLASSES = 4, 6, 3  # as scaled_batches makes them
 
 
 def _batches(device: torch.device, scales: list[float]) -> list[Batch]:
-    """One batch per entry of ``scales``, its inputs multiplied by it (1: ordinary data)."""
-    generator = torch.Generator().manual_seed(3)
-    batches = []
-    for index, scale in enumerate(scales):
-        images = torch.randn(BATCH, FEATURES, generator=generator) * scale
-        targets = torch.randint(0, CLASSES, (BATCH,), generator=generator)
-        indices = torch.arange(index * BATCH, (index + 1) * BATCH)
-        batches.append(Batch(images.to(device), targets.to(device), indices))
-    return batches
+    return scaled_batches(device, scales, seed=3)
 
 
 class Squared(torch.nn.Linear):

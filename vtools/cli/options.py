@@ -90,8 +90,17 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
         "--device-settings",
         action="store_true",
         default=False,
-        help="apply the backend's settings for changing input shapes (npu: jit_compile off, so a new shape does "
-        "not recompile operators); python -m vtools env --check lists them",
+        help="apply the backend's recommended settings for changing input shapes where the chip does not default "
+        "to them (npu: jit_compile off on the Atlas training series, so a new shape does not recompile operators)",
+    )
+    group.add_argument(
+        "--device-kwargs",
+        nargs="*",
+        default={},
+        action=KeyValuePairs,
+        metavar="NAME=VALUE",
+        help="set backend settings by name (npu: jit_compile, allow_hf32, allow_internal_format, each true or "
+        "false); python -m vtools env lists them",
     )
     may_change_on_resume(
         group.add_argument(

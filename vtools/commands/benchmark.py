@@ -33,7 +33,14 @@ from vtools.runtime.resolve import setup_runtime
 RESULT_FORMATS = ("csv", "json")  # timm's --results-format
 # the runtime options train.py has and timm's benchmark does not: its own defaults
 FVCORE = "pip install fvcore"
-NO_RUNTIME_TUNING = {"threads": None, "bind_cores": False, "device_settings": False, "model_dtype": None, "workers": 0}
+NO_RUNTIME_TUNING = {
+    "threads": None,
+    "bind_cores": False,
+    "device_settings": False,
+    "device_kwargs": {},
+    "model_dtype": None,
+    "workers": 0,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

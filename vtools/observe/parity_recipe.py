@@ -68,7 +68,7 @@ def prepare(job: TrainJob, device: torch.device) -> RecipeSetup:
     channels_last = use_channels_last(job.model.channels_last, model, device)
     forced = [f"channels-last {'on' if channels_last else 'off'}"]
     optim = job.optim
-    if recipe._accepts_fused(optim.opt):  # torch's fused step is some devices' default, rounding its own way
+    if recipe.fused_kernel(optim.opt) is not None:  # torch's fused step: some devices' default, its own rounding
         optim = replace(optim, opt_kwargs={**optim.opt_kwargs, "fused": False})
         forced.append("fused optimizer step off")
     model_changes: dict[str, Any] = {"channels_last": channels_last}

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from vtools.errors import UsageError
+from vtools.runtime.device_chips import ChipFamily, family_of
 from vtools.runtime.device_kinds import DEVICE_KINDS, DeviceKind, kind_of  # callers reach the table as dev.kind_of
 
 AUTO = "auto"  # --device auto: the available accelerator, else the host
@@ -242,9 +243,19 @@ def is_bf16_supported(device: torch.device) -> bool:
     return torch.bfloat16 in dtypes
 
 
-def fused_optimizer(device: torch.device) -> bool:
-    """Whether torch's fused optimizer steps run on this device (one pass over the weights, not one per
-    tensor and operation)."""
+def chip_family(device: torch.device) -> ChipFamily | None:
+    """The chip family of an accelerator, found by its name among its row's families (device_chips.py); None
+    where the row has none or none claims the name."""
+    chips = kind_of(device.type).chips
+    return family_of(device_name(device), chips) if chips else None
+
+
+def fused_optimizer(device: torch.device, kernel: str) -> bool:
+    """Whether torch's fused optimizer step ``kernel`` (``_fused_adamw_``) runs on this device (one pass over the
+    weights, not one per tensor and operation): the chip family's list where it has one, else the row's."""
+    family = chip_family(device)
+    if family is not None:
+        return kernel in family.fused_steps.value
     return kind_of(device.type).fused_optimizer
 
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from vtools.runtime.device_chips import CHIP_FAMILIES, ChipFamily
+
 
 @dataclass(frozen=True)
 class FloatStatus:
@@ -31,6 +33,43 @@ class FloatStatus:
     status_size: int = 8  # the status tensor's length
     # the variables that change the mode (reported by `vtools env`)
     environment: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvAdvice:
+    """A performance variable and the value vtools recommends, reported while it differs (never set)."""
+
+    name: str
+    value: str
+    why: str
+    # another variable the backend reads for the same thing, of which only one may be set (the advice then
+    # goes to whichever is): PYTORCH_ALLOC_CONF beside PYTORCH_NPU_ALLOC_CONF
+    shared_with: str | None = None
+    item: bool = False  # the value is one item of a comma-separated list (allocator options)
+
+
+@dataclass(frozen=True)
+class LaunchQueue:
+    """How a backend queues operator launches: its variable is not the effective level (the backend turns the
+    queue off in an interactive interpreter and under its blocking variable), so the level is asked of it."""
+
+    env: str  # the variable that sets the level (0 off, 1 the default, 2 for pure inference)
+    effective: str  # the function under torch.<type> that says the level in effect
+    blocking_env: str  # every launch waits for the device when this is 1 (for debugging)
+
+
+@dataclass(frozen=True)
+class RuntimeSetting:
+    """A backend setting ``--device-kwargs NAME=VALUE`` sets; a bare ``--device-settings`` applies those with a
+    recommended value, except where the chip's own default already is that value."""
+
+    name: str
+    # what it sets under torch.<type>: ``set_compile_mode(jit_compile)`` calls with that keyword,
+    # ``matmul.allow_hf32`` assigns the attribute
+    targets: tuple[str, ...]
+    why: str
+    recommended: bool | None = None  # applied by --device-settings (None: only when named)
+    chip_default: str | None = None  # the chip table's cell holding the backend's default (device_chips.py)
 
 
 @dataclass(frozen=True)
@@ -63,13 +102,14 @@ class DeviceKind:
     pairs_torch_version: bool = False
     # "module.function" returning the vendor toolkit's version (CANN), where the package has one
     toolkit_version: str | None = None
-    # performance variables: (name, recommended value, what it does), reported when they differ
-    recommended_env: tuple[tuple[str, str, str], ...] = ()
+    # performance variables and their recommended values, reported while they differ
+    recommended_env: tuple[EnvAdvice, ...] = ()
+    # the backend's launch queue, where it has one (reported when it is off)
+    launch_queue: LaunchQueue | None = None
     # the device node a process opens to use device N ("/dev/davinci{}"): who else holds ours is a leftover job
     device_file: str | None = None
-    # runtime settings for changing input shapes, applied with --device-settings: (function, keyword, value)
-    # under torch.<type>
-    runtime_settings: tuple[tuple[str, str, Any], ...] = ()
+    # the backend's runtime settings, by name (--device-kwargs), the recommended ones applied by --device-settings
+    runtime_settings: tuple[RuntimeSetting, ...] = ()
     # regular expressions for the lines the backend prints when it runs an operator on the host instead
     # (group "ops" names it, or several overloads at once); empty: the backend has no such fallback
     # (vtools/observe/fallback.py)
@@ -91,6 +131,8 @@ class DeviceKind:
     collective_timeout_env: tuple[str, ...] = ()
     # chips of this type that may saturate on overflow, and their float-status flag (None: IEEE everywhere)
     float_status: FloatStatus | None = None
+    # the chip families of this type whose behaviour differs (device_chips.py), found by the device's name
+    chips: tuple[ChipFamily, ...] = ()
 
     def environment_variables(self) -> tuple[str, ...]:
         """Every environment variable this row names, for the environment report."""
@@ -98,7 +140,9 @@ class DeviceKind:
             self.visible_env,
             *self.toolkit_home_env,
             self.affinity_env,
-            *(n for n, _, _ in self.recommended_env),
+            *(advice.name for advice in self.recommended_env),
+            *(advice.shared_with for advice in self.recommended_env if advice.shared_with),
+            *((self.launch_queue.env, self.launch_queue.blocking_env) if self.launch_queue else ()),
             *self.collective_timeout_env,
             *(self.float_status.environment if self.float_status else ()),
         )
@@ -191,15 +235,44 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             # it down to a multiple of 68 s). HCCL_CONNECT_TIMEOUT is the start-up link wait, not a hang's.
             collective_timeout_env=("HCCL_EXEC_TIMEOUT",),
             recommended_env=(
-                ("TASK_QUEUE_ENABLE", "2", "operator launches queue in two stages, for host-bound models"),
-                ("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),
-                ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "less fragmentation when sizes change"),
-                ("HCCL_CONNECT_TIMEOUT", "1200", "seconds ranks wait for each other at start (default 120)"),
+                EnvAdvice("CPU_AFFINITY_CONF", "2", "the backend's hot threads get their own cores"),
+                EnvAdvice(
+                    "PYTORCH_NPU_ALLOC_CONF",
+                    "expandable_segments:True",
+                    "less fragmentation when sizes change",
+                    shared_with="PYTORCH_ALLOC_CONF",
+                    item=True,
+                ),
+                # HCCL's own advice is 300 s or more; a large job's ranks can take minutes to start
+                EnvAdvice("HCCL_CONNECT_TIMEOUT", "1200", "seconds ranks wait for each other at start (default 120)"),
             ),
-            # operators compiled per shape (jit_compile) recompile for minutes whenever a shape changes
-            runtime_settings=(("set_compile_mode", "jit_compile", False),),
+            # level 1, the default, splits launches in two stages; 2 is for pure inference (torch_npu's
+            # set_task_queue_enable); torch_npu forces 0 in an interactive interpreter
+            launch_queue=LaunchQueue("TASK_QUEUE_ENABLE", "get_task_queue_enable", "ASCEND_LAUNCH_BLOCKING"),
+            runtime_settings=(
+                RuntimeSetting(
+                    "jit_compile",
+                    ("set_compile_mode(jit_compile)",),
+                    "operators compiled for each input shape recompile for minutes whenever a shape changes",
+                    recommended=False,
+                    chip_default="jit_compile",
+                ),
+                RuntimeSetting(
+                    "allow_hf32",
+                    ("matmul.allow_hf32", "conv.allow_hf32"),
+                    "float32 matmuls and convolutions at HF32 (a 10-bit mantissa, as TF32 on cuda); torch_npu's "
+                    "defaults: matmuls off, convolutions on",
+                ),
+                RuntimeSetting(
+                    "allow_internal_format",
+                    ("config.allow_internal_format",),
+                    "the chip's own tensor layouts (5HD, NZ) instead of ND",
+                    chip_default="internal_format",
+                ),
+            ),
             # Atlas training chips (910A) saturate; torch_npu's npu/utils.py asks and its GradScaler reads the
             # flag through these (is_force_overflow_check: FORCE_OVERFLOW_CHECK=1 on CANN 9.1.0 or later)
+            chips=CHIP_FAMILIES,
             float_status=FloatStatus(
                 inf_nan_mode="utils.is_support_inf_nan",
                 forced_check="utils.is_force_overflow_check",

@@ -21,6 +21,7 @@ class RuntimeOptions:
     threads: int | None
     bind_cores: bool
     device_settings: bool  # apply the chip's recommended settings
+    device_kwargs: dict[str, object]  # backend settings by name (preflight.apply_settings)
     fast_norm: bool
     model_dtype: str | None  # a torch dtype name for the weights and the batches
     # parity.py builds no loader, so it has no --workers: the only field with a default

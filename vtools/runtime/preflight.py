@@ -21,10 +21,13 @@ import re
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from vtools.errors import UsageError
 from vtools.runtime import device as dev
+from vtools.runtime.device_kinds import EnvAdvice
 from vtools.runtime.overflow import overflow_mode
 
 
@@ -54,7 +57,7 @@ def after_device(device: torch.device, spec: str) -> list[Finding]:
         return auto_fell_back(spec)
     kind = dev.kind_of(device.type)
     held = leftover_processes(kind, device.index or 0)
-    return [*backend_version(kind), *chip(device), *held, *settings(kind)]
+    return [*backend_version(kind), *chip(device), *held, *settings(kind, device)]
 
 
 def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
@@ -200,6 +203,8 @@ def chip(device: torch.device) -> list[Finding]:
     """The chip, its mixed precision (bfloat16, or float16 with a GradScaler where it has none) and how its
     overflow is seen (inf, or the float-status flag of a chip that saturates)."""
     name = dev.device_name(device)
+    family = dev.chip_family(device)
+    name = f"{name} ({family.name})" if family else name
     # what the chip can do, not what this run does (the start line says that): a float32 run said "bfloat16"
     precision = (
         "bfloat16 supported (--amp uses it)"
@@ -211,30 +216,115 @@ def chip(device: torch.device) -> list[Finding]:
     return [Finding("note", f"{device}: {name}, {precision}{overflow}")]
 
 
-def settings(kind: dev.DeviceKind) -> list[Finding]:
-    """The backend's performance variables that differ from the recommended value (applied only on request:
-    see :func:`apply_settings`)."""
-    findings = []
-    for name, value, why in kind.recommended_env:
-        current = os.environ.get(name)
-        if current != value:
-            findings.append(
-                Finding("note", f"{name}={current or '(unset)'}: {why}; recommended {name}={value} (export it)")
-            )
+def settings(kind: dev.DeviceKind, device: torch.device | None = None) -> list[Finding]:
+    """The backend's performance variables that differ from the recommended value (never set: most are read
+    when the backend loads), and its launch queue where ``device``'s backend says it is off."""
+    findings = launch_queue(kind, device) if device is not None else []
+    for advice in kind.recommended_env:
+        findings += _env_advice(advice)
     return findings
 
 
-def apply_settings(device: torch.device) -> list[str]:
-    """``--device-settings``: the backend's runtime settings for changing shapes (e.g. npu's jit_compile off,
-    so new shapes do not recompile operators for minutes). Returns what was set."""
-    applied = []
-    module = dev.device_module(device)
-    for function, keyword, value in dev.kind_of(device.type).runtime_settings:
-        setter = getattr(module, function, None)
-        if setter is not None:
-            setter(**{keyword: value})
-            applied.append(f"{device.type}.{function}({keyword}={value})")
-    return applied
+def launch_queue(kind: dev.DeviceKind, device: torch.device) -> list[Finding]:
+    """A blocking-launch variable left on (a debugging setting: every launch waits for the device), or a
+    queue the backend says is off; asked of the backend, since the variable is not the level in effect."""
+    queue = kind.launch_queue
+    if queue is None:
+        return []
+    if os.environ.get(queue.blocking_env) == "1":
+        return [
+            Finding(
+                "warning",
+                f"{queue.blocking_env}=1: every operator launch waits for the device (a debugging setting; the "
+                f"launch queue is off): unset it for training",
+            )
+        ]
+    effective = getattr(dev.device_module(device), queue.effective, None)
+    if effective is not None and int(effective()) == 0:
+        return [
+            Finding(
+                "note",
+                f"the {device.type} launch queue is off ({queue.env}={os.environ.get(queue.env, '(unset)')}, or an "
+                f"interactive interpreter): launches wait for the host; export {queue.env}=1 (the default; 2 is "
+                "for pure inference)",
+            )
+        ]
+    return []
+
+
+def _env_advice(advice: EnvAdvice) -> list[Finding]:
+    """The finding for one recommended variable: where the backend also reads another for the same thing, the
+    one that is set gets the advice, and both set is refused (the backend refuses it)."""
+    name, current = advice.name, os.environ.get(advice.name)
+    other = advice.shared_with
+    if other and other in os.environ:
+        if current is not None:
+            return [Finding("error", f"both {name} and {other} are set, which the backend refuses: keep one")]
+        name, current = other, os.environ[other]
+    present = current is not None and (
+        advice.value in [item.strip() for item in current.split(",")] if advice.item else current == advice.value
+    )
+    if present:
+        return []
+    wanted = f"{current},{advice.value}" if advice.item and current else advice.value
+    return [
+        Finding(
+            "note",
+            f"{name}={current or '(unset)'}: {advice.why}; recommended {name}={wanted} (export it)",
+        )
+    ]
+
+
+def apply_settings(device: torch.device, recommended: bool, named: dict[str, Any]) -> list[str]:
+    """``--device-settings`` (``recommended``) and ``--device-kwargs NAME=VALUE`` (``named``): set the backend's
+    runtime settings (npu: jit_compile off where the chip compiles per shape, so new shapes do not recompile
+    operators for minutes). Returns a line for each: what was set, or why a recommended one was not."""
+    settings = {setting.name: setting for setting in dev.kind_of(device.type).runtime_settings}
+    unknown = sorted(set(named) - set(settings))
+    if unknown:
+        known = ", ".join(settings) or "none"
+        raise UsageError(f"--device-kwargs {unknown[0]}: {device.type} has no such setting (it has: {known})")
+    module, family = dev.device_module(device), dev.chip_family(device)
+    lines = []
+    for setting in settings.values():
+        if setting.name in named:
+            value = _switch_value(setting.name, named[setting.name])
+        elif recommended and setting.recommended is not None:
+            value = setting.recommended
+            default = family.cells()[setting.chip_default] if family and setting.chip_default else None
+            if default is not None and default.value == value:
+                lines.append(f"{setting.name} is already {value} by default on the {family.name}")
+                continue
+        else:
+            continue
+        for target in setting.targets:
+            lines.append(f"applied {device.type}.{_set(module, target, value)}")
+    return lines
+
+
+def _switch_value(name: str, value: Any) -> bool:
+    """A setting's value as given (``True``, ``false``, ``1``...), as a bool."""
+    words = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() in words:
+        return words[str(value).strip().lower()]
+    raise UsageError(f"--device-kwargs {name}={value}: expected true or false")
+
+
+def _set(module: Any, target: str, value: bool) -> str:
+    """Set ``target`` under the backend's module (a call ``function(keyword)`` or an attribute path); returns
+    what was done, as code."""
+    if target.endswith(")"):
+        function, keyword = target[:-1].split("(")
+        getattr(module, function)(**{keyword: value})
+        return f"{function}({keyword}={value})"
+    *path, name = target.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, name, value)
+    return f"{target} = {value}"
 
 
 def package_status(package: str) -> str | None:

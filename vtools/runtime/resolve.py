@@ -41,8 +41,8 @@ def setup_runtime(options: RuntimeOptions) -> Runtime:
         for finding in findings
         if "recommended" not in finding.text
     ]
-    if options.device_settings:
-        notes += [f"applied {setting}" for setting in preflight.apply_settings(device)]
+    if options.device_settings or options.device_kwargs:
+        notes += preflight.apply_settings(device, options.device_settings, options.device_kwargs)
     apply_tuning(device)
     budget = setup_cpu_budget(device, options.workers, options.threads, options.bind_cores)
     if options.fast_norm:

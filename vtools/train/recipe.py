@@ -44,7 +44,8 @@ def build_optimizer(model: torch.nn.Module, optim: OptimOptions, lr: float) -> t
     kwargs = {**optimizer_kwargs(optim), **optim.opt_kwargs}
     kwargs["lr"] = lr
     device = next(model.parameters()).device
-    if "fused" not in optim.opt_kwargs and dev.fused_optimizer(device) and _accepts_fused(optim.opt):
+    kernel = fused_kernel(optim.opt)
+    if "fused" not in optim.opt_kwargs and kernel is not None and dev.fused_optimizer(device, kernel):
         kwargs["fused"] = True
     return create_optimizer_v2(model, **kwargs)
 
@@ -56,12 +57,16 @@ def fused_step(optimizer: torch.optim.Optimizer) -> bool | None:
     return bool(optimizer.defaults["fused"])
 
 
-def _accepts_fused(name: str) -> bool:
+def fused_kernel(name: str) -> str | None:
+    """The operator of timm optimizer ``name``'s fused step (torch.optim.AdamW: ``_fused_adamw_``); None where its
+    class takes no ``fused``."""
     try:
         opt_class = get_optimizer_info(name).opt_class
     except (ValueError, KeyError):  # wrapped names (lookahead_...) and the like: leave them as they are
-        return False
-    return "fused" in inspect.signature(opt_class).parameters
+        return None
+    if "fused" not in inspect.signature(opt_class).parameters:
+        return None
+    return f"_fused_{opt_class.__name__.lower()}_"
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
