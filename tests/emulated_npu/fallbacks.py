@@ -27,6 +27,8 @@ Which operators announce:
     arguments its NPU kernel does not take (:data:`MASKED_SOFTMAX_CONDITIONS`);
   * on the chips whose fused steps lack them (:data:`CHIP_WORDS`: Adam's fused
     step below Ascend950), at every call;
+  * not a host fallback but a slow path: an integer sort runs on the AI CPU
+    (:data:`AICPU_SORT`, a log line of its own);
   * those listed in ``VTOOLS_EMU_NPU_FALLBACK_OPS``: as if the NPU had no kernel
     for them, with the kernel's own words where torch_npu has some for a CANN
     that lacks it (:data:`OLD_CANN_WORDS`), else the boxed fallback's.
@@ -89,6 +91,12 @@ KERNEL_WORDS: dict[str, str] = {
     "aten::logit_backward": _LOGIT_BACKWARD,
     "aten::logit_backward.grad_input": _LOGIT_BACKWARD,
 }
+# work the device keeps but runs on its AI CPU (slowly): integer sorts, printed as the line itself, once
+AICPU_SORT = (
+    "Warning: kernel [ArgSort] can not support dtype int32 or int64 on AiCore, Now this kernel is running on "
+    "AiCpu.If you are more concerned about high-performance execution,please cast dtype to float32."
+)
+AICPU_OPS = ("aten::sort", "aten::sort.stable")
 # kernels that run on the host on some chips only (below Ascend950: the chip table's fused steps, in
 # vtools/runtime/device_chips.py), announced with a plain TORCH_NPU_WARN: at every call, not once per process
 CHIP_WORDS: dict[str, str] = {
@@ -122,7 +130,7 @@ def announcement(op: str) -> str:
 
 def every_sentence() -> list[str]:
     """Every sentence this module can print, its templates with ``{op}`` left in."""
-    tables = (KERNEL_WORDS, OLD_CANN_WORDS, SPARSE_WORDS, CHIP_WORDS)
+    tables = (KERNEL_WORDS, OLD_CANN_WORDS, SPARSE_WORDS, CHIP_WORDS)  # host fallbacks (AICPU_SORT is not)
     return sorted({BOXED, MASKED_SOFTMAX_CONDITIONS, *(words for table in tables for words in table.values())})
 
 
@@ -132,6 +140,11 @@ def masked_softmax_unmet(
     """torch_npu's words when its _masked_softmax kernel refuses these arguments (then it runs on the host)."""
     last = dim is None or dim in (-1, inputs.dim() - 1)
     return None if last and mask_type == 2 and inputs.dim() == 4 else MASKED_SOFTMAX_CONDITIONS
+
+
+def _integer_sort(values: torch.Tensor, *args: Any, **kwargs: Any) -> str | None:
+    """The AI CPU's words for a sort of int32 or int64 values (its AI Core kernel takes floating point only)."""
+    return AICPU_SORT if values.dtype in (torch.int32, torch.int64) else None
 
 
 def _on_the_host_of_this_chip(op: str) -> Callable[..., str | None]:
@@ -165,6 +178,7 @@ class _Hooks:
     # the device kernel's own refusal: the words it announces a call's host run with (None: it runs on the device)
     refuses: Callable[..., str | None] | None = None
     every_call: bool = False  # its refusal is announced at every call (a plain TORCH_NPU_WARN)
+    raw: bool = False  # its words are a line of their own (a log line), not a c10 warning
     fault_scale: float | None = None
     device_ms: float | None = None  # device time each call queues (device_time.py); the call returns at once
     waits_for_device: bool = False  # a host read: waits for queued device time first (device_time.py)
@@ -218,13 +232,13 @@ def _schema_name(overload: torch._ops.OpOverload) -> str:
     return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
 
 
-def _announce(text: str, function: str, every_call: bool = False) -> None:
+def _announce(text: str, function: str, every_call: bool = False, raw: bool = False) -> None:
     with _STATE.lock:
         if _STATE.announce == "once" and not every_call:
             if text in _STATE.announced:
                 return
             _STATE.announced.add(text)
-    os.write(2, _log_line(text, function))
+    os.write(2, (text + "\n").encode() if raw else _log_line(text, function))
 
 
 def _perturb(result: Any, scale: float) -> None:
@@ -244,7 +258,7 @@ def _make_kernel(hooks: _Hooks) -> Callable[..., Any]:
             boxed = hooks.op not in KERNEL_WORDS and hooks.op not in OLD_CANN_WORDS
             _announce(announcement(hooks.op), "npu_cpu_fallback" if boxed else hooks.op.split("::")[1])
         elif hooks.refuses is not None and (words := hooks.refuses(*args, **kwargs)) is not None:
-            _announce(words, hooks.op.split("::")[1], every_call=hooks.every_call)
+            _announce(words, hooks.op.split("::")[1], every_call=hooks.every_call, raw=hooks.raw)
         if hooks.waits_for_device:
             device_time.wait_idle()
         result = hooks.original.call_boxed(keyset, *args, **kwargs)
@@ -266,6 +280,7 @@ def hook(
     device_ms: float | None = None,
     waits_for_device: bool | None = None,
     every_call: bool | None = None,
+    raw: bool | None = None,
 ) -> None:
     """Wrap ``op``'s npu kernel (once) and set what the wrapper does: announce a host fallback (at every call,
     or for the calls ``refuses`` picks), scale floating-point results by ``1 + fault_scale``, queue
@@ -287,6 +302,8 @@ def hook(
         hooks.refuses = refuses
     if every_call is not None:
         hooks.every_call = every_call
+    if raw is not None:
+        hooks.raw = raw
     if device_ms is not None:
         hooks.device_ms = device_ms
     if waits_for_device is not None:
@@ -361,6 +378,8 @@ def install_real_fallbacks() -> None:
     hook("aten::_masked_softmax", refuses=masked_softmax_unmet)
     for op in CHIP_WORDS:
         hook(op, refuses=_on_the_host_of_this_chip(op), every_call=True)
+    for op in AICPU_OPS:
+        hook(op, refuses=_integer_sort, raw=True)
 
 
 def install_from_env() -> None:

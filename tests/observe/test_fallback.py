@@ -156,10 +156,33 @@ def test_the_capture_on_each_device(device: torch.device, capfd: pytest.CaptureF
             steps(model, device, 1)
         assert not watch.watching and watch.total == 0
         assert watch.summary().startswith("cpu fallbacks: 0")
-    assert pd.read_csv(io.StringIO(watch.csv_text())).columns.tolist() == ["op", "count", "first_seen_at"]
+    assert pd.read_csv(io.StringIO(watch.csv_text())).columns.tolist() == ["op", "count", "first_seen_at", "kind"]
 
 
 @pytest.mark.npu_only(reason="only the emulated npu announces host fallbacks here")
+def test_slow_paths_are_counted_apart_and_never_fatal(device: torch.device) -> None:
+    """An integer sort runs on the npu's AI CPU (the emulator says so in torch_npu's words), a float64 cast
+    line is fed by hand (the emulator keeps no float64 on the device): both counted as slow paths with their
+    kind, in the file and the summary, not as host fallbacks, and a fatal watch does not stop for them. cpu has
+    no slow path to watch."""
+    with FallbackWatch(device.type, fatal=True) as watch:
+        torch.tensor([3, 1, 2], device=device).argsort()
+        torch.tensor([3.0, 1.0, 2.0], device=device).argsort()  # floating point: the AI Core's
+        watch.feed("Device do not support double dtype now, dtype cast replace with float.")
+    if not dev.kind_of(device.type).slow_paths:
+        assert watch.slow_paths() == [] and not watch.watching
+        return
+    assert [(e.op, e.count, e.kind) for e in watch.slow_paths()] == [
+        ("ArgSort", 1, "aicpu"),
+        ("float64 as float32", 1, "float64 cast"),
+    ]
+    assert watch.fallbacks() == [] and watch.total == 0
+    summary = watch.summary()
+    assert summary.startswith("cpu fallbacks: 0") and "slow paths: 2 on the npu device itself" in summary
+    table = pd.read_csv(io.StringIO(watch.csv_text()))
+    assert table.kind.tolist() == ["aicpu", "float64 cast"]
+
+
 def test_the_first_fallback_is_fatal_on_request() -> None:
     fallbacks = fallbacks_module()
     device = torch.device("npu")

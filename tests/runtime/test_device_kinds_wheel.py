@@ -151,7 +151,8 @@ def recorded_npu(monkeypatch: pytest.MonkeyPatch) -> CallRecorder:
             made = torch.ones(4, device=device)
         dev.wait_stream(device, stream, [made])
         env_report.collect("npu")
-        preflight.apply_settings(device)
+        preflight.apply_settings(device, recommended=False, named={"jit_compile": True})  # the generic one's default
+        preflight.settings(dev.kind_of("npu"), device)
     finally:
         torch.get_device_module.cache_clear()
     return recorder
@@ -363,6 +364,24 @@ def test_the_emulators_float_status_api_and_words_are_the_wheels(torch_npu_wheel
     for variable in ("INF_NAN_MODE_ENABLE", "INF_NAN_MODE_FORCE_DISABLE", "FORCE_OVERFLOW_CHECK"):
         assert npu_wheel.mentions(torch_npu_wheel, variable), variable
     assert f"{'.'.join(str(n) for n in chips.FORCE_CHECK_CANN)}" in wheel_utils  # is_force_overflow_check's 9.1.0
+
+
+def test_every_slow_path_the_library_announces_is_counted_by_its_kind(torch_npu_wheel: Path) -> None:
+    """The library's sentences for work kept on the device but run slowly (the AI CPU) or at another precision
+    (float64 cast to float32): each is matched by exactly one of the npu row's slow paths, each path matches one
+    of them, and the emulator's AI CPU line is the library's."""
+    from tests.emulated_npu import fallbacks
+
+    paths = dev.kind_of("npu").slow_paths
+    sentences = [
+        text for text in npu_wheel.library_strings(torch_npu_wheel) if "on AiCpu" in text or "dtype cast rep" in text
+    ]
+    assert len(sentences) == 3
+    for text in sentences:
+        assert sum(bool(re.search(path.pattern, text)) for path in paths) == 1, text
+    for path in paths:
+        assert any(re.search(path.pattern, text) for text in sentences), path.kind
+    assert fallbacks.AICPU_SORT in sentences
 
 
 # ---------------------------------------------------------------- the chip table

@@ -17,11 +17,16 @@ descriptor (vtools/observe/stderr_tee.py): everything written there still reache
 as it came, and each line that matches one of the device table's ``host_fallback`` patterns
 (vtools/runtime/device_kinds.py) is counted, once for each operator it names.
 
-A count is a number of announcements, not of calls: Ascend's backend announces an operator once
-per process, so there each operator counts 1 per process; what matters is which operators, and
-where the run was when each first fell back (the main thread's innermost frame outside torch when
-the line arrived: the model code's line for a forward operator, the ``backward()`` call for a
-backward one).
+A count is a number of announcements, not of calls: Ascend's backend announces most operators once
+per process (its boxed fallback), some at every call (Adam's fused step below Ascend950, a plain warning);
+what matters is which operators, and where the run was when each first fell back (the main thread's
+innermost frame outside torch when the line arrived: the model code's line for a forward operator, the
+``backward()`` call for a backward one).
+
+Slow paths are counted beside them, each with its kind: work the backend keeps on the device but runs
+slowly or at another precision (the row's ``slow_paths``: on Ascend, integer sorts on the AI CPU instead of
+the AI Core, float64 cast to float32). They go in the same file with their kind, and their own summary
+line; ``--no-cpu-fallback`` stops at host fallbacks only.
 
 ``fatal=True`` (``--no-cpu-fallback``) ends the run at the first one: the watcher raises
 :class:`HostFallbackStop` in the main thread at its next Python instruction, and leaving the
@@ -52,10 +57,11 @@ from vtools.atomic import atomic_write_text
 from vtools.errors import RunFailed
 from vtools.observe import stderr_tee
 from vtools.runtime import device as dev
-from vtools.runtime.device_kinds import fallback_operators
+from vtools.runtime.device_kinds import SlowPath, fallback_operators
 
 CSV_NAME = "cpu_fallbacks.csv"
-CSV_COLUMNS = ("op", "count", "first_seen_at")
+CSV_COLUMNS = ("op", "count", "first_seen_at", "kind")
+HOST = "cpu"  # the kind of a host fallback; the row's slow paths name theirs ("aicpu", "float64 cast")
 
 
 class HostFallbackStop(BaseException):
@@ -69,6 +75,7 @@ class Fallback:
     op: str
     count: int
     first_seen_at: str
+    kind: str = HOST
 
 
 class FallbackWatch:
@@ -76,87 +83,107 @@ class FallbackWatch:
 
     def __init__(self, device_type: str, fatal: bool = False, patterns: tuple[str, ...] | None = None) -> None:
         self.device_type = device_type
-        self.patterns = patterns if patterns is not None else dev.kind_of(device_type).host_fallback
+        row = dev.kind_of(device_type)
+        self.patterns = patterns if patterns is not None else row.host_fallback
         self.fatal = fatal
         self._regexes = [re.compile(pattern) for pattern in self.patterns]
-        self._counts: dict[str, Fallback] = {}
+        self._slow = [(path, re.compile(path.pattern)) for path in (row.slow_paths if patterns is None else ())]
+        self._counts: dict[tuple[str, str], Fallback] = {}
         self._lock = threading.Lock()
         self._main = threading.get_ident()  # the thread that runs the watched work: a fatal one stops it
         self._first_fatal: list[Fallback] = []  # the operators of the line a fatal watch stopped at
         self._closed = False
         # under ``fatal`` a line is held until complete, so that the announcement the run stops for is not
         # printed as well as the run's one-line error
-        self._tee = stderr_tee.StderrTee(self._on_line, whole_lines=fatal) if self._regexes else None
+        self._tee = stderr_tee.StderrTee(self._on_line, whole_lines=fatal) if self.watching else None
 
     @property
     def watching(self) -> bool:
-        return bool(self._regexes)
+        return bool(self._regexes or self._slow)
 
     # --- counting -----------------------------------------------------------------------------
 
     def feed(self, line: str) -> list[Fallback]:
-        """Count ``line`` if it announces a host fallback: one entry per operator it names (a backend may name
-        several overloads in one line); returns those entries, empty for any other line."""
-        ops = announced_operators(line, self._regexes)
+        """Count ``line`` if it announces a host fallback (one entry per operator it names: a backend may name
+        several overloads in one line) or a slow path (one entry, of the path's kind); returns those entries,
+        empty for any other line."""
+        kind, ops = HOST, announced_operators(line, self._regexes)
+        if not ops:
+            kind, ops = slow_path(line, self._slow)
         if not ops:
             return []
         with self._lock:
             entries = []
             for op in ops:
-                entry = self._counts.get(op)
+                entry = self._counts.get((kind, op))
                 if entry is None:
-                    entry = self._counts[op] = Fallback(op, 0, main_thread_location(self._main))
+                    entry = self._counts[kind, op] = Fallback(op, 0, main_thread_location(self._main), kind)
                 entry.count += 1
                 entries.append(entry)
-            if self.fatal and not self._first_fatal and not self._closed:
+            if kind == HOST and self.fatal and not self._first_fatal and not self._closed:
                 self._first_fatal = entries
                 _raise_in_thread(self._main, HostFallbackStop)
         return entries
 
     def _on_line(self, line: str) -> bool:
         """The tee's callback: count the line; True keeps the announcement a fatal run stops for off stderr."""
-        return bool(self.feed(line)) and self.fatal
+        entries = self.feed(line)
+        return bool(entries) and entries[0].kind == HOST and self.fatal
+
+    def _entries(self, host: bool) -> list[Fallback]:
+        with self._lock:
+            entries = [Fallback(e.op, e.count, e.first_seen_at, e.kind) for e in self._counts.values()]
+        return sorted((e for e in entries if (e.kind == HOST) == host), key=lambda e: (-e.count, e.kind, e.op))
 
     def fallbacks(self) -> list[Fallback]:
-        """Every operator seen, most announcements first."""
-        with self._lock:
-            entries = [Fallback(e.op, e.count, e.first_seen_at) for e in self._counts.values()]
-        return sorted(entries, key=lambda e: (-e.count, e.op))
+        """Every operator run on the host, most announcements first."""
+        return self._entries(host=True)
+
+    def slow_paths(self) -> list[Fallback]:
+        """Every kernel or cast the backend said it ran slowly or at another precision on the device."""
+        return self._entries(host=False)
 
     @property
     def total(self) -> int:
+        """Host-fallback announcements (slow paths not counted)."""
         return sum(entry.count for entry in self.fallbacks())
 
     # --- reporting ----------------------------------------------------------------------------
 
     def summary(self, where: str | None = None, top: int = 10) -> str:
-        """The end-of-run report: a line, and one more per operator (the ``top`` most frequent)."""
+        """The end-of-run report: a line, and one more per operator (the ``top`` most frequent); then a line for
+        the slow paths, where there were any."""
         if not self.watching:
             return f"cpu fallbacks: 0 ({self.device_type} has no host fallback to watch)"
-        entries = self.fallbacks()
-        if not entries:
-            return f"cpu fallbacks: 0 (no operator ran on the host instead of the {self.device_type} device)"
+        entries, slow = self.fallbacks(), self.slow_paths()
         file_note = f"; all in {where}" if where else ""
-        lines = [
-            f"cpu fallbacks: {len(entries)} operator(s) ran on the host instead of the {self.device_type} device "
-            f"({self.total} announcement(s): a backend announces an operator once per process at most){file_note}:"
-        ]
-        width = max(len(e.op) for e in entries[:top])
-        lines += [f"  {e.op.ljust(width)}  {e.count:>6}  first at {e.first_seen_at}" for e in entries[:top]]
-        if len(entries) > top:
-            lines.append(f"  ... and {len(entries) - top} more")
+        if not entries:
+            lines = [f"cpu fallbacks: 0 (no operator ran on the host instead of the {self.device_type} device)"]
+        else:
+            lines = [
+                f"cpu fallbacks: {len(entries)} operator(s) ran on the host instead of the {self.device_type} "
+                f"device ({self.total} announcement(s): most operators are announced once per process, some at "
+                f"every call){file_note}:"
+            ]
+            lines += _table(entries, top)
+        if slow:
+            kinds = sorted({e.kind for e in slow})
+            lines.append(
+                f"slow paths: {len(slow)} on the {self.device_type} device itself ({', '.join(kinds)}){file_note}:"
+            )
+            lines += _table(slow, top, kinds=True)
         return "\n".join(lines)
 
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(CSV_COLUMNS)
-        for entry in self.fallbacks():
-            writer.writerow((entry.op, entry.count, entry.first_seen_at))
+        for entry in (*self.fallbacks(), *self.slow_paths()):
+            writer.writerow((entry.op, entry.count, entry.first_seen_at, entry.kind))
         return out.getvalue()
 
     def write_csv(self, path: str | os.PathLike) -> Path:
-        """``op,count,first_seen_at`` (a header only when there were none), written atomically."""
+        """``op,count,first_seen_at,kind`` (a header only when there were none), written atomically."""
         return atomic_write_text(path, self.csv_text())
 
     def fatal_message(self) -> str:
@@ -199,6 +226,25 @@ class FallbackWatch:
             _raise_in_thread(self._main, None)  # cancel a HostFallbackStop not delivered yet
         if self._tee is not None:
             self._tee.close()
+
+
+def _table(entries: list[Fallback], top: int, kinds: bool = False) -> list[str]:
+    """The summary's rows: name, count, where first seen (and the kind, for slow paths); ``top`` at most."""
+    width = max(len(e.op) for e in entries[:top])
+    rows = [
+        f"  {e.op.ljust(width)}  {e.count:>6}  {f'{e.kind}  ' if kinds else ''}first at {e.first_seen_at}"
+        for e in entries[:top]
+    ]
+    return rows + ([f"  ... and {len(entries) - top} more"] if len(entries) > top else [])
+
+
+def slow_path(line: str, paths: list[tuple[SlowPath, re.Pattern[str]]]) -> tuple[str, list[str]]:
+    """The kind and the kernel (or the path's name) of a slow-path sentence; ``("", [])`` for any other line."""
+    for path, regex in paths:
+        match = regex.search(line)
+        if match is not None:
+            return path.kind, [match.groupdict().get("ops") or path.name]
+    return "", []
 
 
 def announced_operators(line: str, regexes: list[re.Pattern[str]]) -> list[str]:

@@ -36,6 +36,16 @@ class FloatStatus:
 
 
 @dataclass(frozen=True)
+class SlowPath:
+    """A sentence in which a backend says it runs something slowly on the device or changes its precision,
+    short of running it on the host (vtools/observe/fallback.py counts these beside the host fallbacks)."""
+
+    kind: str  # what the audit calls it: "aicpu", "float64 cast"
+    pattern: str  # a regular expression; group "ops" names the kernel, else ``name`` does
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class EnvAdvice:
     """A performance variable and the value vtools recommends, reported while it differs (never set)."""
 
@@ -114,6 +124,8 @@ class DeviceKind:
     # (group "ops" names it, or several overloads at once); empty: the backend has no such fallback
     # (vtools/observe/fallback.py)
     host_fallback: tuple[str, ...] = ()
+    # sentences in which the backend runs work slowly or at another precision on the device (not on the host)
+    slow_paths: tuple[SlowPath, ...] = ()
     # the type is the host itself (cpu): nothing to load, one device without an index, no torch.<type> module
     host: bool = False
     # bfloat16 autocast runs natively on every device of this type, without asking the backend
@@ -220,6 +232,20 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             # CPU_AFFINITY_CONF=1 (per-device core ranges) or 2 (hot threads on their own cores)
             affinity_env="CPU_AFFINITY_CONF",
             host_fallback=_NPU_FALLBACK,
+            # torch_npu 2.14.0's library: integer sorts run on the AI CPU, not the AI Core; float64 is cast to
+            # float32 where the device has no float64 kernel (tests/runtime/test_device_kinds_wheel.py reads them)
+            slow_paths=(
+                SlowPath(
+                    "aicpu",
+                    r"kernel \[(?P<ops>\w+)\] can not support dtype .*? on AiCore, Now this kernel is running on AiCpu",
+                ),
+                SlowPath(
+                    "float64 cast",
+                    r"Device do not support double dtype(?: of rtol and atol)? now, "
+                    r"dtype cast rep(?:lace|alce) with float",
+                    name="float64 as float32",
+                ),
+            ),
             install_hint="install Ascend CANN and the torch_npu release built for this torch "
             "(torch_npu X.Y.Z requires torch X.Y.Z)",
             emulator="tests.emulated_npu",
