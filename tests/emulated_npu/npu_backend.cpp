@@ -66,26 +66,31 @@ constexpr int64_t kTotalMemory = int64_t(64) << 30;
 // Device count and current device
 // ---------------------------------------------------------------------------
 
-// ASCEND_RT_VISIBLE_DEVICES wins, like on a real Ascend host: the device count
-// is the number of non-empty comma-separated entries. Otherwise
-// VTOOLS_EMU_NPU_DEVICE_COUNT (default 2). Read once: real runtimes also fix
-// the visible devices at initialisation.
+// ASCEND_RT_VISIBLE_DEVICES wins, like on a real Ascend host, read as torch_npu reads it
+// (_parse_visible_devices, _device_count_ascend_hal): the ids up to the first character that is neither a digit
+// nor a comma and up to the first empty entry ("0, 1" is one device), none unless ascending. Otherwise
+// VTOOLS_EMU_NPU_DEVICE_COUNT (default 2). Read once: real runtimes also fix the visible devices at
+// initialisation.
 static DeviceIndex read_device_count() {
   if (const char* visible = std::getenv("ASCEND_RT_VISIBLE_DEVICES")) {
+    std::string text(visible);
+    const size_t end = text.find_first_not_of("0123456789,");
+    text = text.substr(0, end);
     int n = 0;
-    std::string entry;
-    for (const char* p = visible;; ++p) {
-      if (*p == ',' || *p == '\0') {
-        if (entry.find_first_not_of(" \t") != std::string::npos) {
-          ++n;
-        }
-        entry.clear();
-        if (*p == '\0') {
-          break;
-        }
-      } else {
-        entry.push_back(*p);
+    long previous = -1;
+    size_t start = 0;
+    while (start <= text.size()) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      if (comma == start) {
+        break;  // an empty entry ends the list
       }
+      const long id = std::strtol(text.substr(start, comma - start).c_str(), nullptr, 10);
+      if (id <= previous) {
+        return 0;  // the runtime needs ascending ids
+      }
+      previous = id;
+      ++n;
+      start = comma + 1;
     }
     return static_cast<DeviceIndex>(std::min(n, kMaxDevices));
   }

@@ -37,10 +37,22 @@ class FakeClock:
         return self.now
 
 
-def ranks(store: dist.Store, world_size: int, timeout: float, clock: FakeClock, hosts: list[str]) -> list[Heartbeat]:
-    """One Heartbeat per rank on ``store``; rank r runs on ``hosts[r]`` as pid 100 + r."""
+def ranks(
+    store: dist.Store, world_size: int, timeout: float, clock: FakeClock, hosts: list[str], cards: bool = False
+) -> list[Heartbeat]:
+    """One Heartbeat per rank on ``store``; rank r runs on ``hosts[r]`` as pid 100 + r (with ``cards``, on
+    npu:r, card 4 + r, as under ASCEND_RT_VISIBLE_DEVICES=4,5,...)."""
     return [
-        Heartbeat(store, rank, world_size, timeout, clock=clock, host=hosts[rank], pid=100 + rank)
+        Heartbeat(
+            store,
+            rank,
+            world_size,
+            timeout,
+            clock=clock,
+            host=hosts[rank],
+            pid=100 + rank,
+            device=f"npu:{rank} (card {4 + rank})" if cards else None,
+        )
         for rank in range(world_size)
     ]
 
@@ -75,6 +87,15 @@ def test_a_stopped_rank_is_named_by_its_watcher_after_the_timeout() -> None:
     assert ending.code == 3
     clock.now += 1.0
     assert one.beat() == Ending(None), "the stopped rank, if it comes back, leaves without a second line"
+
+
+def test_a_stopped_rank_is_named_with_its_card() -> None:
+    """Behind a visible-devices list the card is what an operator looks for (npu-smi lists cards)."""
+    clock = FakeClock()
+    zero, one = ranks(dist.HashStore(), 2, 20.0, clock, ["node-a", "node-b"], cards=True)
+    assert one.beat() is None and zero.beat() is None
+    ending = beat_until([zero], clock, until=40.0)[0]
+    assert ending.line.startswith("rank 1 (host node-b, pid 101, npu:1 (card 5)) has not answered for 20 s")
 
 
 def test_a_stopped_sibling_on_this_host_is_marked_for_killing() -> None:

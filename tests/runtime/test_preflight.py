@@ -35,6 +35,7 @@ CHECK_NPU = ["-m", "vtools", "env", "--check", "--device", "npu", "--device-modu
         ("1,0", "1", "ASCEND_RT_VISIBLE_DEVICES=1,0 is out of order"),
         ("0,x", "1", "device ids must be integers"),
         ("0", "2", "shows 1 device(s) but 2 processes run on this host"),
+        ("0, 1", "1", "names 2 devices but the runtime reads 0 (it stops at the first character"),
     ],
 )
 def test_visible_devices_mistakes_stop_a_run_before_any_model(
@@ -48,6 +49,16 @@ def test_visible_devices_mistakes_stop_a_run_before_any_model(
     check = run_script(CHECK_NPU, env=env)
     errors = [line for line in check.stdout.splitlines() if line.startswith("preflight error: ")]
     assert check.returncode == 2 and len(errors) == 1 and fragment in errors[0]
+
+
+def test_a_space_in_the_visible_devices_hides_the_device_asked_for(fashion4: Path, tmp_path: Path) -> None:
+    """torch_npu reads ``0, 1`` as device 0 alone: ``--device npu:1`` stops in one line naming the variable as
+    the runtime reads it, before the backend would say there is no npu:1 (the emulator reads it the same way)."""
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "0, 1"}
+    proc = run_script(train_args(fashion4, tmp_path, "run", "--device", "npu:1", *device_flags("npu")[2:]), env=env)
+    assert_usage_error(proc, "ASCEND_RT_VISIBLE_DEVICES=0, 1' names 2 devices but the runtime reads 0")
+    count = run_script(["-c", "import tests.emulated_npu, torch; print(torch.npu.device_count())"], env=env)
+    assert count.stdout.strip() == "1"
 
 
 def test_a_good_visible_devices_list_passes() -> None:
@@ -237,17 +248,24 @@ def test_findings_are_data_not_branches() -> None:
 
 def test_a_leftover_process_holding_the_device_is_named(tmp_path: Path) -> None:
     """Another process with device 0's node open (an earlier job that never ended) is named with its pid;
-    device 1's node, held by nobody, gives no finding."""
+    device 1's node, held by nobody, gives no finding; behind a visible-devices list the card's node is the one
+    checked, and named."""
+    import os
     import subprocess
     import sys
     import time
 
     from vtools.runtime.device import DeviceKind
 
-    for index in (0, 1):
+    for index in (0, 1, 4):
         (tmp_path / f"davinci{index}").write_text("")
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"f = open({str(tmp_path / 'davinci0')!r}); print('ready', flush=True); input()"],
+        [
+            sys.executable,
+            "-c",
+            f"f = open({str(tmp_path / 'davinci0')!r}); g = open({str(tmp_path / 'davinci4')!r}); "
+            "print('ready', flush=True); input()",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -259,6 +277,16 @@ def test_a_leftover_process_holding_the_device_is_named(tmp_path: Path) -> None:
         assert len(held) == 1 and held[0].severity == "warning"
         assert f"pid {holder.pid} (" in held[0].text and "is held by" in held[0].text
         assert preflight.leftover_processes(kind, 1) == []
+        # ASCEND_RT_VISIBLE_DEVICES=4,5: index 0 is card 4, whose node is checked and named
+        visible = DeviceKind(
+            "npu", device_file=str(tmp_path / "davinci{}"), visible_env="VTOOLS_TEST_VISIBLE", numeric_visible_ids=True
+        )
+        os.environ["VTOOLS_TEST_VISIBLE"] = "4,5"
+        try:
+            [card] = preflight.leftover_processes(visible, 0)
+        finally:
+            del os.environ["VTOOLS_TEST_VISIBLE"]
+        assert card.text.startswith(f"npu:0 (card 4) ({tmp_path / 'davinci4'}) is held by pid {holder.pid}")
     finally:
         holder.kill()
         holder.wait(timeout=10)

@@ -42,7 +42,8 @@ def check(spec: str, device_modules: tuple[str, ...]) -> int:
     try:
         findings += preflight.after_device(resolve_device(spec, device_modules), spec)
     except UsageError as err:
-        findings.append(preflight.Finding("error", str(err)))
+        if not any(finding.severity == "error" for finding in findings):  # else most likely their consequence
+            findings.append(preflight.Finding("error", str(err)))
     for finding in findings:
         print(finding.line())
     errors = sum(finding.severity == "error" for finding in findings)

@@ -39,6 +39,7 @@ from vtools.observe.tracking import TRACKING_FILE, RunEnd, Trackers
 from vtools.observe.wandb_tracker import WANDB_FOLDER
 from vtools.options.train_job import TrainJob
 from vtools.runtime import device as dev
+from vtools.runtime.device_cards import device_label
 from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
 from vtools.runtime.heartbeat import rank_heartbeat, report_progress
 from vtools.runtime.resolve import Runtime, setup_runtime
@@ -76,7 +77,7 @@ def train_run(args: argparse.Namespace) -> TrainOutcome:
     timeout = job.distributed.dist_timeout
     dist_info = init_distributed(device, backend, timeout)
     try:  # a rank that stops answering ends the job in one line (vtools/runtime/heartbeat.py)
-        with rank_heartbeat(dist_info.rank, dist_info.world_size, timeout):
+        with rank_heartbeat(dist_info.rank, dist_info.world_size, timeout, device_label(device)):
             return train(args, job, runtime, dist_info)
     finally:
         shutdown()

@@ -244,19 +244,15 @@ def is_bf16_supported(device: torch.device) -> bool:
 
 
 def chip_family(device: torch.device) -> ChipFamily | None:
-    """The chip family of an accelerator, found by its name among its row's families (device_chips.py); None
-    where the row has none or none claims the name."""
+    """The device's chip family, by its name among its row's (device_chips.py); None where none claims it."""
     chips = kind_of(device.type).chips
     return family_of(device_name(device), chips) if chips else None
 
 
 def fused_optimizer(device: torch.device, kernel: str) -> bool:
-    """Whether torch's fused optimizer step ``kernel`` (``_fused_adamw_``) runs on this device (one pass over the
-    weights, not one per tensor and operation): the chip family's list where it has one, else the row's."""
+    """Whether torch's fused step ``kernel`` (``_fused_adamw_``) runs on the device: its chip's, else its row's."""
     family = chip_family(device)
-    if family is not None:
-        return kernel in family.fused_steps.value
-    return kind_of(device.type).fused_optimizer
+    return kernel in family.fused_steps.value if family else kind_of(device.type).fused_optimizer
 
 
 def pin_memory(device: torch.device) -> bool:

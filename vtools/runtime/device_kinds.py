@@ -106,7 +106,8 @@ class DeviceKind:
     affinity_env: str | None = None
     # torch has fused (one-kernel) SGD/Adam/AdamW steps for this device type
     fused_optimizer: bool = False
-    # preflight (vtools/runtime/preflight.py): visible_env lists integer device ids (not UUIDs)
+    # visible_env lists integer device ids (not UUIDs), read as the backend reads them: up to the first character
+    # that is neither a digit nor a comma, and up to the first empty entry (vtools/runtime/device.py visible_ids)
     numeric_visible_ids: bool = False
     # the backend package is released per torch version (X.Y.Z pairs with torch X.Y.Z)
     pairs_torch_version: bool = False

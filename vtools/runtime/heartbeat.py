@@ -72,6 +72,7 @@ class Beat:
     epoch: int | None = None
     step: int | None = None
     left: bool = False
+    device: str | None = None  # its device, and the card behind it (``npu:1 (card 5)``)
 
     def encode(self) -> bytes:
         return json.dumps(self.__dict__).encode()
@@ -154,8 +155,10 @@ class Heartbeat:
         end: Callable[[Ending], None] | None = None,
         host: str | None = None,
         pid: int | None = None,
+        device: str | None = None,
     ) -> None:
         self.store, self.rank, self.world_size, self.timeout = store, rank, world_size, timeout
+        self.device = device
         self.period = beat_period(timeout)
         self.watched = (rank + 1) % world_size
         self.clock, self.end = clock, end or self._end_process
@@ -217,7 +220,8 @@ class Heartbeat:
     def _publish(self, left: bool) -> None:
         self._count += 1
         epoch, step = self._position or (None, None)
-        self.store.set(_rank_key(self.rank), Beat(self._count, self.host, self.pid, epoch, step, left).encode())
+        beat = Beat(self._count, self.host, self.pid, epoch, step, left, self.device)
+        self.store.set(_rank_key(self.rank), beat.encode())
 
     def _declare_stopped(self, beat: Beat | None, silent: float) -> Ending:
         """The watched rank is stopped: mark the job ended for the others and say which rank it is."""
@@ -226,7 +230,8 @@ class Heartbeat:
         if beat is None:
             who = f"rank {self.watched} (never beat)"
         else:
-            who = f"rank {self.watched} (host {beat.host}, pid {beat.pid})"
+            on = f", {beat.device}" if beat.device else ""
+            who = f"rank {self.watched} (host {beat.host}, pid {beat.pid}{on})"
         step = beat.step_text() if beat else "none logged yet"
         line = f"{who} has not answered for {silent:.0f} s (last step: {step}): ending the job; {RESUME_HINT}"
         sibling = beat is not None and beat.host == self.host
@@ -317,16 +322,19 @@ def rendezvous_store(timeout: float, namespace: str) -> dist.Store:
     return dist.PrefixStore(f"{PREFIX}/{namespace}/", store)
 
 
-def rank_heartbeat(rank: int, world_size: int, timeout: float) -> AbstractContextManager[Heartbeat | None]:
+def rank_heartbeat(
+    rank: int, world_size: int, timeout: float, device: str | None = None
+) -> AbstractContextManager[Heartbeat | None]:
     """The heartbeat of a distributed run's rank, to wrap its training in (nothing for a single process:
-    nobody waits for it). Call it on every rank once the process group exists: the ranks agree on a
+    nobody waits for it); ``device``: this rank's, as the line naming a stopped rank gives it (its card). Call
+    it on every rank once the process group exists: the ranks agree on a
     namespace of this group's own (rank 0's random name, broadcast), because torchrun's store outlives a
     group that ``--max-restarts`` replaces, and the agents of a job do not count their restarts alike."""
     if world_size <= 1:
         return nullcontext()
     namespace = [uuid.uuid4().hex if rank == 0 else None]
     dist.broadcast_object_list(namespace, src=0)
-    return Heartbeat(rendezvous_store(timeout, str(namespace[0])), rank, world_size, timeout)
+    return Heartbeat(rendezvous_store(timeout, str(namespace[0])), rank, world_size, timeout, device=device)
 
 
 def end_process(ending: Ending, stderr_fd: int = 2) -> NoReturn:

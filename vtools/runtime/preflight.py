@@ -27,6 +27,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
+from vtools.runtime.device_cards import device_label, physical_card, visible_ids
 from vtools.runtime.device_kinds import EnvAdvice
 from vtools.runtime.overflow import overflow_mode
 
@@ -70,7 +71,16 @@ def visible_devices(kind: dev.DeviceKind) -> list[Finding]:
     name = f"{kind.visible_env}={raw}"
     if any(not entry.isdigit() for entry in entries):
         return [Finding("error", f"{name}: device ids must be integers, e.g. {kind.visible_env}=0,1,2,3")]
-    ids = [int(entry) for entry in entries]
+    ids = visible_ids(raw)
+    if len(ids) < len(entries):
+        read = ",".join(map(str, ids)) or "none"
+        return [
+            Finding(
+                "error",
+                f"{name!r} names {len(entries)} devices but the runtime reads {read} (it stops at the first "
+                f"character that is not a digit or a comma): write {kind.visible_env}={','.join(entries)}",
+            )
+        ]
     if not ids:  # every device hidden: resolving the device says so, naming the variable
         return []
     if len(set(ids)) != len(ids):
@@ -143,7 +153,8 @@ def leftover_processes(kind: dev.DeviceKind, index: int) -> list[Finding]:
     may see; each rank checks only its own device, so torchrun's other ranks never count."""
     if not kind.device_file:
         return []
-    node = os.path.realpath(kind.device_file.format(index))
+    card = physical_card(torch.device(kind.type, index), kind)  # the node is the card's, not the visible index
+    node = os.path.realpath(kind.device_file.format(card))
     if not os.path.exists(node) or not os.path.isdir("/proc"):
         return []
     holders = []
@@ -158,11 +169,12 @@ def leftover_processes(kind: dev.DeviceKind, index: int) -> list[Finding]:
             holders.append(f"pid {entry.name} ({_command_line(entry.path)})")
     if not holders:
         return []
+    label = device_label(torch.device(kind.type, index), kind)
     return [
         Finding(
             "warning",
-            f"{kind.type}:{index} ({node}) is held by {', '.join(holders[:3])}: an earlier job still running? "
-            "stop it, or pick another device",
+            f"{label} ({node}) is held by {', '.join(holders[:3])}: an earlier job still running? stop it, or pick "
+            "another device",
         )
     ]
 
