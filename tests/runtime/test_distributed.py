@@ -52,3 +52,28 @@ def test_gather_rows_and_sums_across_two_processes(tmp_path: Path) -> None:
         assert torch.equal(got["one_empty"], rows_of(1, 4))
         assert torch.equal(got["sum"], torch.tensor([3.0, 10.0]))
         assert torch.equal(got["argument"], torch.tensor([rank + 1.0, 10.0 * rank]))
+
+
+@pytest.mark.npu_only(reason="the collective range of each emulated Ascend chip family (the chip table)")
+@pytest.mark.parametrize(("chip", "refused"), [("910A", True), ("910B", False), ("910_93", False), ("950", False)])
+def test_a_dist_timeout_past_the_chips_collective_range_is_refused(
+    chip: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20000 s is past an Atlas training chip's HCCL_EXEC_TIMEOUT (at most 17340 s, CANN 8.5.0); A2/A3 take it,
+    Ascend950's range is undocumented; a variable the user set is theirs."""
+    from tests.conftest import load_emulated_npu
+    from vtools.errors import UsageError
+    from vtools.runtime.distributed import check_collective_timeout
+
+    load_emulated_npu()
+    from tests.emulated_npu.chips import posing_as
+
+    monkeypatch.delenv("HCCL_EXEC_TIMEOUT", raising=False)
+    npu = torch.device("npu:0")
+    with posing_as(chip):
+        check_collective_timeout(npu, 17300)
+        if refused:
+            with pytest.raises(UsageError, match=r"give --dist-timeout 17300 or less$"):
+                check_collective_timeout(npu, 20000)
+            monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "600")
+        check_collective_timeout(npu, 20000)

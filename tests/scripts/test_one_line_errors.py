@@ -1975,6 +1975,15 @@ ROWS = [
         cpu_only=DEVICE_SITUATION,
     ),
     Row(
+        "train-dist-timeout-past-a-910a-collective-range",
+        train_args(Path("{fashion4}"), Path("{tmp}"), "run", *device_flags("npu"), "--dist-timeout", "20000"),
+        2,
+        ["--dist-timeout 20000: HCCL_EXEC_TIMEOUT would be 20040 s", "takes 1 to 17340 s", "17300 or less"],
+        env={"VTOOLS_EMU_NPU_CHIP": "910A"},
+        checks=(_absent("run"),),
+        cpu_only="a 910A's collective range (the chip table): the emulated npu poses as one",
+    ),
+    Row(
         "train-overflow-on-a-910a-is-seen-by-its-flag-and-advises-full-precision",
         train_args(
             Path("{fashion4}"), Path("{tmp}"), "nan", *device_flags("npu"), "--amp", "--mean", "3e38", "3e38", "3e38"

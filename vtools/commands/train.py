@@ -40,7 +40,7 @@ from vtools.observe.wandb_tracker import WANDB_FOLDER
 from vtools.options.train_job import TrainJob
 from vtools.runtime import device as dev
 from vtools.runtime.device_cards import device_label
-from vtools.runtime.distributed import DistInfo, barrier, init_distributed, shutdown
+from vtools.runtime.distributed import DistInfo, barrier, check_collective_timeout, init_distributed, shutdown
 from vtools.runtime.heartbeat import rank_heartbeat, report_progress
 from vtools.runtime.resolve import Runtime, setup_runtime
 from vtools.train import recipe
@@ -75,6 +75,7 @@ def train_run(args: argparse.Namespace) -> TrainOutcome:
     if backend:
         dev.dist_backend(device, backend)  # an unavailable backend fails now, not inside torchrun
     timeout = job.distributed.dist_timeout
+    check_collective_timeout(device, timeout)
     dist_info = init_distributed(device, backend, timeout)
     try:  # a rank that stops answering ends the job in one line (vtools/runtime/heartbeat.py)
         with rank_heartbeat(dist_info.rank, dist_info.world_size, timeout, device_label(device)):

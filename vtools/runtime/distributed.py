@@ -27,7 +27,7 @@ from torch.utils.data import Sampler
 
 from vtools.errors import UsageError
 from vtools.runtime.attempt_store import attempt_store, under_agent_store
-from vtools.runtime.device import dist_backend, kind_of
+from vtools.runtime.device import chip_family, dist_backend, kind_of
 from vtools.runtime.heartbeat import collective_timeout
 
 MASTER_EXAMPLE = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) MASTER_PORT=29500'
@@ -189,6 +189,34 @@ def init_distributed(
             kwargs.update(store=store, rank=rank, world_size=world_size)
         dist.init_process_group(backend=name, **kwargs)
     return DistInfo(dist.get_rank(), dist.get_world_size())
+
+
+def check_collective_timeout(device: torch.device, dist_timeout: float) -> None:
+    """--dist-timeout against the device's collective library: the timeout vtools exports for it (HCCL_EXEC_TIMEOUT,
+    the option plus a few heartbeats) must be one the chip takes (an Atlas training chip: at most 17340 s;
+    device_chips.py), said in one line now rather than by the library at the first collective. Nothing to
+    check where the user set the variable (vtools leaves it) or the chip's range is not documented."""
+    family = chip_family(device)
+    unset = [name for name in kind_of(device.type).collective_timeout_env if name not in os.environ]
+    if family is None or family.collective_timeout.value is None or not unset:
+        return
+    low, high = family.collective_timeout.value
+    seconds = math.ceil(collective_timeout(dist_timeout))
+    if low <= seconds <= high:
+        return
+    raise UsageError(
+        f"--dist-timeout {dist_timeout:g}: {unset[0]} would be {seconds} s, and the {family.name} takes {low} to "
+        f"{high} s ({family.collective_timeout.source}): give --dist-timeout {_longest_within(high):g} or less"
+    )
+
+
+def _longest_within(high: float) -> float:
+    """The longest --dist-timeout (whole seconds) whose collective timeout is at most ``high``."""
+    low, top = 0, int(high)
+    while low < top:
+        middle = (low + top + 1) // 2
+        low, top = (middle, top) if math.ceil(collective_timeout(middle)) <= high else (low, middle - 1)
+    return float(low)
 
 
 def set_device_collective_timeouts(device_type: str, seconds: float) -> dict[str, str]:
