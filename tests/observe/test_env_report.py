@@ -8,6 +8,7 @@ one-line device errors are rows of tests/scripts/test_one_line_errors.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tests.conftest import (
     EMULATED_NPU_MODULE,
     REPO,
     assert_usage_error,
+    autoload_env,
     broken_autoload_backend,
     broken_torch_npu_package,
     run_script,
@@ -94,3 +96,37 @@ def test_the_reported_variables_come_from_the_device_table(monkeypatch: pytest.M
     monkeypatch.setenv("NEWKIT_HOME", "/opt/newkit")
     assert {"NEWDEV_VISIBLE", "NEWKIT_HOME"} <= set(env_report.environment_variables())
     assert env_report.backend_versions()["newkit"] == "/opt/newkit"
+
+
+STATUS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "status" / "npu_smi_info.txt"
+
+
+def fake_tool(folder: Path, name: str, body: str) -> dict[str, str]:
+    """An executable ``name`` in ``folder`` running the shell ``body``; the PATH that finds it first."""
+    folder.mkdir(exist_ok=True)
+    tool = folder / name
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_the_report_carries_the_vendor_status_tool(tmp_path: Path) -> None:
+    """npu-smi info on PATH (a fake printing a table in its layout, with a busy card 5): its output in the report,
+    indented; a failing one says its exit code; none on PATH says so."""
+    env = {**autoload_env(), **fake_tool(tmp_path / "bin", "npu-smi", f"cat {STATUS_SAMPLE}")}
+    proc = run_script(["-m", "vtools", "env", "--device", "npu"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    status = proc.stdout.split("status: npu-smi info:\n", 1)[1].splitlines()
+    assert status == [f"  {line}" for line in STATUS_SAMPLE.read_text().splitlines()]
+
+
+def test_a_failing_or_missing_status_tool_is_said_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vtools.observe.env_report import vendor_status
+
+    broken = fake_tool(tmp_path / "broken", "npu-smi", "echo 'dcmi model initialized failed'; exit 3")
+    monkeypatch.setenv("PATH", broken["PATH"])
+    assert vendor_status(("npu-smi", "info")) == "npu-smi info (exit 3):\n  dcmi model initialized failed"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert vendor_status(("npu-smi", "info")) == "npu-smi info: not on PATH"

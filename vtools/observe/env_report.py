@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import shutil
+import subprocess
 from typing import Any
 
 import torch
@@ -61,7 +63,29 @@ def collect(device_spec: str = "auto", device_modules: tuple[str, ...] = ()) -> 
     else:
         report.update(_device_report(target))
     report["environment"] = {name: os.environ.get(name, "unset") for name in environment_variables()}
+    kind = dev.kind_of(device_spec.split(":")[0].strip().lower())
+    if kind.status_command:
+        report["status"] = vendor_status(kind.status_command)
     return report
+
+
+STATUS_SECONDS = 30  # a status tool on a sick host can hang; the report goes on without it
+
+
+def vendor_status(command: tuple[str, ...]) -> str:
+    """The vendor status tool's report (``npu-smi info``: driver and firmware versions, each card's health,
+    memory and processes, the first thing a vendor's support asks for), or why there is none."""
+    if shutil.which(command[0]) is None:
+        return f"{' '.join(command)}: not on PATH"
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=STATUS_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{' '.join(command)}: no answer in {STATUS_SECONDS} s"
+    except OSError as err:
+        return f"{' '.join(command)}: {err.strerror or err}"
+    text = (proc.stdout + proc.stderr).rstrip()
+    failed = f" (exit {proc.returncode})" if proc.returncode else ""
+    return f"{' '.join(command)}{failed}:\n" + "\n".join(f"  {line}" for line in text.splitlines())
 
 
 def _device_report(target: torch.device) -> dict[str, Any]:

@@ -144,6 +144,8 @@ class DeviceKind:
     collective_timeout_env: tuple[str, ...] = ()
     # chips of this type that may saturate on overflow, and their float-status flag (None: IEEE everywhere)
     float_status: FloatStatus | None = None
+    # the vendor's status tool (driver, firmware, health, each card's processes): `vtools env` runs it when on PATH
+    status_command: tuple[str, ...] = ()
     # the chip families of this type whose behaviour differs (device_chips.py), found by the device's name
     chips: tuple[ChipFamily, ...] = ()
 
@@ -217,6 +219,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             channels_last=True,
             install_hint="install a CUDA (or ROCm) build of torch",
             device_file="/dev/nvidia{}",
+            status_command=("nvidia-smi",),
             profiler_activity="CUDA",
             fused_optimizer=True,
             torch_build=("cuda", "hip"),
@@ -257,6 +260,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             numeric_visible_ids=True,
             pairs_torch_version=True,
             device_file="/dev/davinci{}",
+            status_command=("npu-smi", "info"),
             toolkit_version="torch_npu.utils.get_cann_version",
             # HCCL's wait for the other devices inside a collective (default 1836 s; Atlas training series round
             # it down to a multiple of 68 s). HCCL_CONNECT_TIMEOUT is the start-up link wait, not a hang's.
