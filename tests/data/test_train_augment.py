@@ -164,6 +164,38 @@ def test_jitter_groups_images_by_their_order(device: torch.device) -> None:
         assert torch.equal(out[k], torch.from_numpy(np.asarray(expected).copy()).permute(2, 0, 1).float()), k
 
 
+class HostCopies(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every copy from host memory to a device: (whether its source is pinned, whether it is asynchronous)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[tuple[bool, bool]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args[0].device.type == "cpu":
+            target = kwargs.get("device")
+            if target is not None and torch.device(target).type != "cpu":
+                self.copies.append((args[0].is_pinned(), bool(kwargs.get("non_blocking", False))))
+        return func(*args, **kwargs)
+
+
+def test_jitter_copies_asynchronously_only_from_pinned_memory(device: torch.device) -> None:
+    """Its per-image factors and group indices are host tensors: a copy that does not wait must come from pinned
+    memory (from pageable memory the backend may read it after it is freed), and on a device that pins its
+    batches, it does."""
+    from torchvision.transforms import ColorJitter
+
+    jitter = ColorJitter(0.4, 0.4, 0.4)
+    params = torch.from_numpy(np.stack([seeded(seed, lambda: color_jitter.draw_params(jitter)) for seed in range(6)]))
+    batch = torch.rand(6, 3, 8, 8, device=device) * 255
+    with HostCopies() as watch:
+        color_jitter.apply(batch, params)
+    assert all(pinned for pinned, asynchronous in watch.copies if asynchronous), watch.copies
+    if device.type != "cpu":
+        assert len(watch.copies) >= 2 and all(asynchronous for _, asynchronous in watch.copies), watch.copies
+
+
 def _jittered(image: Image.Image, device: torch.device, step: int, factor: float) -> Image.Image:
     """``image`` through color_jitter.apply with one step (``step``: contrast or saturation) at ``factor``."""
     order = [step, *(other for other in range(4) if other != step)]

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torchvision.transforms import ColorJitter
 
+from vtools.runtime.device import pin_memory
+
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
 PARAM_COUNT = 7  # the order of the four steps, then the brightness, contrast and saturation factors
 
@@ -70,6 +72,15 @@ def _saturation(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 _STEPS = {BRIGHTNESS: _brightness, CONTRAST: _contrast, SATURATION: _saturation}
 
 
+def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device``, copied asynchronously only from pinned memory: an asynchronous copy from
+    pageable memory may read it after Python has freed it (a backend need not copy it first), and where the
+    device pins its batches a small temporary is pinned for the copy."""
+    if device.type != "cpu" and pin_memory(device) and not host.is_pinned():
+        host = host.pin_memory()
+    return host.to(device, non_blocking=host.is_pinned())
+
+
 def apply(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Jitter ``images`` (float, N x C x H x W, integer values 0..255) with each image's ``params`` (a host
     tensor, N x PARAM_COUNT). Images are grouped by the order of their steps, read on the host, so the
@@ -79,12 +90,12 @@ def apply(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     for row, values in enumerate(table):
         order = tuple(int(step) for step in values[:4] if step != HUE and not math.isnan(values[4 + int(step)]))
         groups[order].append(row)
-    factors = params[:, 4:].to(images.device, non_blocking=True).view(-1, 3, 1, 1, 1)
+    factors = _to_device(params[:, 4:], images.device).view(-1, 3, 1, 1, 1)
     for order, rows in groups.items():
         if not order:
             continue
         whole = len(rows) == len(table)
-        index = None if whole else torch.tensor(rows).to(images.device, non_blocking=True)
+        index = None if whole else _to_device(torch.tensor(rows), images.device)
         part = images if whole else images.index_select(0, index)
         part_factors = factors if whole else factors.index_select(0, index)
         for step in order:
