@@ -194,6 +194,21 @@ def test_the_npu_rows_dotted_names_are_in_the_wheel(torch_npu_wheel: Path) -> No
             assert f'name == "{attribute}"' in settings_source, target
 
 
+def test_the_npu_rows_compile_backends_are_those_the_wheel_registers(torch_npu_wheel: Path) -> None:
+    """torch_npu's Dynamo backends are its entry points (entry_points.txt, [torch_dynamo_backends]); the row's list
+    is that list, and the emulator's metadata registers the same names."""
+    import configparser
+
+    def backends(path: Path) -> list[str]:
+        parser = configparser.ConfigParser()
+        parser.read(path)
+        return sorted(parser["torch_dynamo_backends"])
+
+    wheel = backends(torch_npu_wheel / "torch_npu-2.14.0.dist-info" / "entry_points.txt")
+    emulator = backends(REPO / "tests/emulated_npu/autoload/vtools_emulated_npu-0.1.dist-info/entry_points.txt")
+    assert sorted(dev.kind_of("npu").compile_backends) == wheel == emulator
+
+
 def test_the_backend_profiler_calls_vtools_makes_bind_to_the_wheels(torch_npu_wheel: Path) -> None:
     """vtools/observe/profiling.py drives the row's profiler module (torch_npu.profiler on Ascend) through a
     variable named ``module``: every attribute it takes from it exists in the wheel, and each call's keywords

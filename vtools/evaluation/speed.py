@@ -23,6 +23,7 @@ import torch
 from vtools.errors import UsageError
 from vtools.evaluation.batch_retry import with_smaller_batches
 from vtools.models.create import create_model
+from vtools.runtime.compiler import compile_for
 from vtools.runtime.device import peak_memory_bytes, reset_peak_memory, synchronize
 
 BENCH_MODES = ("inference", "train", "both", "profile", "profile_deepspeed", "profile_fvcore")
@@ -111,7 +112,7 @@ class Setup:
         self.model.train(train)
         self.timed_model = self.model
         if options.torchcompile:
-            self.timed_model = torch.compile(self.model, backend=options.torchcompile, mode=options.torchcompile_mode)
+            self.timed_model = compile_for(device, self.model, options.torchcompile, options.torchcompile_mode)
         batch = torch.randn((batch_size, *self.input_size), device=device, dtype=self.precision.weights)
         self.batch = batch.contiguous(memory_format=layout)
 

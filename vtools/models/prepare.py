@@ -6,6 +6,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.models.onnx_model import OnnxModel
+from vtools.runtime.compiler import compile_for
 
 
 def count_params(model: torch.nn.Module) -> int | None:
@@ -43,7 +44,8 @@ def prepare_for_eval(
     if torchcompile and isinstance(model, OnnxModel):
         raise UsageError("--torchcompile compiles PyTorch models; an ONNX file runs in onnxruntime")
     if torchcompile:
-        model = torch.compile(model, backend=torchcompile, mode=torchcompile_mode)
+        device = next(model.parameters(), torch.empty(0)).device
+        model = compile_for(device, model, torchcompile, torchcompile_mode)
     return model
 
 

@@ -144,6 +144,9 @@ class DeviceKind:
     collective_timeout_env: tuple[str, ...] = ()
     # chips of this type that may saturate on overflow, and their float-status flag (None: IEEE everywhere)
     float_status: FloatStatus | None = None
+    # Dynamo backends the package registers for this device (torch_dynamo_backends entry points), checked when
+    # --torchcompile names one (vtools/runtime/compiler.py)
+    compile_backends: tuple[str, ...] = ()
     # the vendor's status tool (driver, firmware, health, each card's processes): `vtools env` runs it when on PATH
     status_command: tuple[str, ...] = ()
     # the chip families of this type whose behaviour differs (device_chips.py), found by the device's name
@@ -261,6 +264,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             pairs_torch_version=True,
             device_file="/dev/davinci{}",
             status_command=("npu-smi", "info"),
+            compile_backends=("npu", "npugraph_ex", "npugraphs"),
             toolkit_version="torch_npu.utils.get_cann_version",
             # HCCL's wait for the other devices inside a collective (default 1836 s; Atlas training series round
             # it down to a multiple of 68 s). HCCL_CONNECT_TIMEOUT is the start-up link wait, not a hang's.

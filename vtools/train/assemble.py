@@ -42,6 +42,7 @@ from vtools.options.train_job import (
     ModelOptions,
     TrainJob,
 )
+from vtools.runtime.compiler import compile_for
 from vtools.runtime.cpu_budget import ranks_on_this_host
 from vtools.runtime.device import kind_of
 from vtools.runtime.distributed import DistInfo, ShardSampler
@@ -472,8 +473,6 @@ def wrap_for_speed(
             parts.model, device_ids=ddp_ids, broadcast_buffers=not distributed.no_ddp_bb
         )
     if model_options.torchcompile:
-        parts.model = torch.compile(
-            parts.model, backend=model_options.torchcompile, mode=model_options.torchcompile_mode
-        )
+        parts.model = compile_for(device, parts.model, model_options.torchcompile, model_options.torchcompile_mode)
     if parts.task is not None:
         parts.task.trainable_module = parts.model  # the task's student forward goes through DDP / compile
