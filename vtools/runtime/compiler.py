@@ -1,6 +1,6 @@
 """torch.compile with a backend the device can take (``--torchcompile NAME``).
 
-A device's package may register its own Dynamo backends (torch_npu: ``npu``, ``npugraph_ex``, ``npugraphs``,
+A device's package may register its own Dynamo backends (Ascend's: ``npu``, ``npugraph_ex``, ``npugraphs``,
 through its ``torch_dynamo_backends`` entry points); which, is data in the device's row
 (``DeviceKind.compile_backends``). Asking for one the installed package does not register (an older release, a
 misspelling) failed deep inside Dynamo at the first forward pass; here it stops in one line naming those the

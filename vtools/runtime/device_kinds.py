@@ -144,6 +144,10 @@ class DeviceKind:
     collective_timeout_env: tuple[str, ...] = ()
     # chips of this type that may saturate on overflow, and their float-status flag (None: IEEE everywhere)
     float_status: FloatStatus | None = None
+    # the collective library's variables that pin the interface its connections leave from: a name (prefix list)
+    # and an address; the preflight of a multi-node run says which it would use and whether it reaches the root
+    socket_interface_env: str | None = None
+    socket_address_env: str | None = None
     # Dynamo backends the package registers for this device (torch_dynamo_backends entry points), checked when
     # --torchcompile names one (vtools/runtime/compiler.py)
     compile_backends: tuple[str, ...] = ()
@@ -160,6 +164,7 @@ class DeviceKind:
             self.affinity_env,
             *(advice.name for advice in self.recommended_env),
             *(advice.shared_with for advice in self.recommended_env if advice.shared_with),
+            *(name for name in (self.socket_interface_env, self.socket_address_env) if name),
             *((self.launch_queue.env, self.launch_queue.blocking_env) if self.launch_queue else ()),
             *self.collective_timeout_env,
             *(self.float_status.environment if self.float_status else ()),
@@ -223,6 +228,7 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             install_hint="install a CUDA (or ROCm) build of torch",
             device_file="/dev/nvidia{}",
             status_command=("nvidia-smi",),
+            socket_interface_env="NCCL_SOCKET_IFNAME",
             profiler_activity="CUDA",
             fused_optimizer=True,
             torch_build=("cuda", "hip"),
@@ -264,6 +270,8 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
             pairs_torch_version=True,
             device_file="/dev/davinci{}",
             status_command=("npu-smi", "info"),
+            socket_interface_env="HCCL_SOCKET_IFNAME",
+            socket_address_env="HCCL_IF_IP",
             compile_backends=("npu", "npugraph_ex", "npugraphs"),
             toolkit_version="torch_npu.utils.get_cann_version",
             # HCCL's wait for the other devices inside a collective (default 1836 s; Atlas training series round

@@ -27,6 +27,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.runtime import device as dev
+from vtools.runtime import host_network
 from vtools.runtime.device_cards import device_label, physical_card, visible_ids
 from vtools.runtime.device_kinds import EnvAdvice
 from vtools.runtime.overflow import overflow_mode
@@ -42,13 +43,73 @@ class Finding:
 
 
 def before_device(spec: str) -> list[Finding]:
-    """What can be checked before the device is resolved: the visible-devices variable and the
-    rendezvous port of a launch without torchrun."""
+    """What can be checked before the device is resolved: the visible-devices variable, the rendezvous port of
+    a launch without torchrun, and the interface a multi-node run's collectives would leave from."""
     device_type = spec.split(":")[0].strip().lower()
     every_kind = device_type == dev.AUTO or dev.kind_of(device_type).host
     kinds = list(dev.DEVICE_KINDS.values()) if every_kind else [dev.kind_of(device_type)]
     findings = [finding for kind in kinds for finding in visible_devices(kind)]
-    return findings + rendezvous_port()
+    interfaces = [] if every_kind else collective_interface(kinds[0])
+    return findings + rendezvous_port() + interfaces
+
+
+def collective_interface(kind: dev.DeviceKind) -> list[Finding]:
+    """Under a multi-node launch: the interface the collective library's connections would leave from (pinned
+    by its variables, else the route to MASTER_ADDR, which the library's own rule may not follow) and whether it
+    reaches MASTER_ADDR. A pinned one that cannot is an error (the job would hang at connection set-up); an
+    unpinned one is a note with the variable to pin it."""
+    nodes_apart = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if not (kind.socket_interface_env and nodes_apart and "MASTER_ADDR" in os.environ):
+        return []
+    master, port = os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500"))
+    available = host_network.interfaces()
+    pinned = _pinned_interface(kind, available)
+    if isinstance(pinned, Finding):
+        return [pinned]
+    if pinned is None:
+        source = host_network.route_source(master, port)
+        name = next((name for name, address in available.items() if address == source), "?")
+        how = f"the route to MASTER_ADDR ({kind.socket_interface_env} unset: the library's own rule may differ)"
+    else:
+        name, source = pinned
+        how = "pinned"
+    if source is None:
+        return [Finding("warning", f"no route from this host to MASTER_ADDR {master}")]
+    problem = host_network.unreachable(source, master, port)
+    if problem is None:
+        return [Finding("note", f"collectives leave from {name} ({source}, {how}), which reaches MASTER_ADDR {master}")]
+    return [
+        Finding(
+            "error" if pinned else "warning",
+            f"collectives would leave from {name} ({source}, {how}), which cannot reach MASTER_ADDR {master}:{port} "
+            f"({problem}): set {kind.socket_interface_env} to the interface that reaches it (the rank would wait "
+            "at connection set-up for its whole connect timeout)",
+        )
+    ]
+
+
+def _pinned_interface(kind: dev.DeviceKind, available: dict[str, str]) -> tuple[str, str] | Finding | None:
+    """(name, address) the library's variables pin, a finding where they name nothing on this host, None when
+    they are unset."""
+    address_env, name_env = kind.socket_address_env, kind.socket_interface_env
+    if address_env and os.environ.get(address_env):
+        address = os.environ[address_env]
+        name = next((name for name, own in available.items() if own == address), None)
+        if name is None:
+            return Finding("error", f"{address_env}={address} is not an address of this host ({_listed(available)})")
+        return name, address
+    if name_env and os.environ.get(name_env):
+        name = host_network.named_interface(os.environ[name_env], available)
+        if name is None:
+            return Finding(
+                "error", f"{name_env}={os.environ[name_env]} names no interface of this host ({_listed(available)})"
+            )
+        return name, available[name]
+    return None
+
+
+def _listed(available: dict[str, str]) -> str:
+    return "it has: " + (", ".join(f"{name} {address}" for name, address in sorted(available.items())) or "none")
 
 
 def after_device(device: torch.device, spec: str) -> list[Finding]:

@@ -32,9 +32,10 @@ def setup_runtime(options: RuntimeOptions) -> Runtime:
     device type's speed settings (TF32 and cuDNN autotuning on CUDA, as timm's train.py does) and
     split the host's cores between loader workers and the main process (vtools/runtime/cpu_budget.py)."""
     adopt_srun_launch()  # srun's SLURM_* as torchrun's RANK/LOCAL_RANK/...: LOCAL_RANK picks the device
-    stop_on_errors(preflight.before_device(options.device))
+    before = preflight.before_device(options.device)
+    stop_on_errors(before)
     device = resolve_device(options.device, options.device_modules or ())
-    findings = preflight.after_device(device, options.device)
+    findings = before + preflight.after_device(device, options.device)
     stop_on_errors(findings)
     notes = [
         finding.text if finding.severity == "note" else f"{finding.severity}: {finding.text}"
