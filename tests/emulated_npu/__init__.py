@@ -52,11 +52,13 @@ Environment:
   VTOOLS_EMU_NPU_DEVICE_COUNT  device count otherwise (default 2)
   VTOOLS_EMU_NPU_NO_BF16=1     behave like an Ascend 910A (no bf16 autocast)
   VTOOLS_EMU_NPU_STRICT_STREAMS=0  let other streams see side-stream writes at once
-  VTOOLS_EMU_NPU_CHIP          910A, 910B or 910B1..910B4: get_device_name() says
-                               "Ascend910A", "Ascend910B1"...; 910A has no bf16 and no
+  VTOOLS_EMU_NPU_CHIP          910A, 910B (910B1..910B4), 910_93 or 950: get_device_name()
+                               says the SoC name ("Ascend910A", "Ascend910B1"...), and the
+                               chip behaves as vtools' chip table says (bf16, jit_compile,
+                               fused steps, internal formats: ``chips.py``); a 910A has no
                                Inf/NaN mode: float results saturate (inf -> the dtype's
                                largest value, NaN -> 0) and raise the float-status flag
-                               (``chips.py``, ``utils.py``, npu_overflow.cpp)
+                               (``utils.py``, npu_overflow.cpp)
   INF_NAN_MODE_ENABLE=0 with INF_NAN_MODE_FORCE_DISABLE=1  a 910B saturates too
   FORCE_OVERFLOW_CHECK=1       the flag is kept in Inf/NaN mode as well (CANN >= 9.1.0;
   VTOOLS_EMU_NPU_CANN_VERSION  the emulated CANN, default 9.1.0)

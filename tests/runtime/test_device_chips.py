@@ -78,3 +78,14 @@ def test_fused_everywhere_would_run_adams_step_on_the_host(monkeypatch: pytest.M
     monkeypatch.setattr(dev, "fused_optimizer", lambda device, kernel: True)
     with posing_as("910B"), pytest.raises(AssertionError, match="adam"):
         _step_each_optimizer(torch.device("npu:0"))
+
+
+def test_the_page_prints_the_table_as_the_code_holds_it() -> None:
+    """docs/devices.md's chip table (between its markers) is table_markdown(): a changed cell or source fails."""
+    from tests.conftest import REPO
+    from vtools.runtime.device_chips import table_markdown
+
+    page = (REPO / "docs" / "devices.md").read_text(encoding="utf-8")
+    start = page.index("<!-- chip table: vtools/runtime/device_chips.py table_markdown() -->\n")
+    shown = page[start:].split("\n", 1)[1].split("\n<!-- end of chip table -->", 1)[0]
+    assert shown == table_markdown()

@@ -161,3 +161,40 @@ def family_of(soc: str, families: tuple[ChipFamily, ...] = CHIP_FAMILIES) -> Chi
 def family_by_key(key: str) -> ChipFamily:
     """The family the emulator's VTOOLS_EMU_NPU_CHIP value names (``910A``, ``910B``, ``910_93``, ``950``)."""
     return next(family for family in CHIP_FAMILIES if family.key == key)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, frozenset):
+        return ", ".join(f"`{kernel}`" for kernel in sorted(value)) or "none"
+    if isinstance(value, tuple):
+        return f"{value[0]}-{value[1]} s"
+    return "not documented" if value is None else str(value)
+
+
+def table_markdown() -> str:
+    """The table as docs/devices.md prints it: a row per behaviour, a column per family, then the sources
+    (a test keeps the page equal to this)."""
+    head = "| | " + " | ".join(family.name for family in CHIP_FAMILIES) + " |"
+    lines = [head, "|---" * (len(CHIP_FAMILIES) + 1) + "|"]
+    lines.append("| SoC names | " + " | ".join(", ".join(f.socs) for f in CHIP_FAMILIES) + " |")
+    for name in CELL_NAMES:
+        row = [_shown(family.cells()[name].value) for family in CHIP_FAMILIES]
+        lines.append(f"| {CELL_TITLES[name]} | " + " | ".join(row) + " |")
+    lines += ["", "Sources (*wheel*: also stated in the torch_npu 2.14.0 wheel, checked by a test):", ""]
+    for family in CHIP_FAMILIES:
+        for name, cell in family.cells().items():
+            wheel = f"; *wheel*: `{cell.wheel[1]}` in `{cell.wheel[0]}`" if cell.wheel else ""
+            lines.append(f"- {family.key}, {CELL_TITLES[name]}: {cell.source}{wheel}")
+    return "\n".join(lines)
+
+
+CELL_TITLES = {
+    "inf_nan_mode": "overflow",
+    "bf16": "bfloat16",
+    "jit_compile": "jit_compile by default",
+    "fused_steps": "fused optimizer steps on the device",
+    "internal_format": "allow_internal_format by default",
+    "collective_timeout": "HCCL_EXEC_TIMEOUT range",
+}
