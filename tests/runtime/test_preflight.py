@@ -123,6 +123,7 @@ def emulated_settings() -> None:
     from tests.emulated_npu import device as emulated
 
     saved = (dict(emulated._compile_mode), dict(emulated.matmul._values), dict(emulated.conv._values))
+    emulated._compile_mode.clear()  # the chip's default, as in a process nothing has set it in
     yield
     emulated._compile_mode.clear()
     emulated._compile_mode.update(saved[0])
