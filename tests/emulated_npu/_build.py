@@ -72,7 +72,7 @@ def load_extension(verbose: bool = False) -> ModuleType:
         if _needs_build(directory):  # a minute of silence would look like a hang
             print(
                 f"emulated npu: compiling its C++ extension into {directory} (once per machine and torch version; "
-                "about a minute on two cores)",
+                "1 to 3 minutes on two cores, the longer on a busy host)",
                 file=sys.stderr,
                 flush=True,
             )

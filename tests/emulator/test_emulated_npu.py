@@ -375,7 +375,7 @@ def test_timm_fp32_npu_matches_cpu():
 
 
 def test_a_build_to_come_is_said_before_its_minute_of_silence(tmp_path: Path) -> None:
-    """The first import compiles for about a minute: that is said on stderr, and only then."""
+    """The first import compiles for a minute or more: that is said on stderr, and only then."""
     from tests.emulated_npu import _build
 
     assert _build._needs_build(tmp_path)  # nothing built there yet
