@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vtools.cli.data_path import check_data_exists
 from vtools.cli.eval_flags import (
     add_eval_model_args,
     add_results_file_and_format,
@@ -108,6 +109,7 @@ def check_inference_args(args: argparse.Namespace) -> None:
     """What to classify, with which model, and how many classes: before any device work."""
     if not (args.data or args.data_dir):
         raise UsageError("give the images to classify (SOURCE or --data-dir)")
+    check_data_exists(args.data or args.data_dir, args.dataset)
     if not args.model:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
     if args.topk < 0:

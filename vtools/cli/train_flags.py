@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from vtools.cli.config import add_config_flag, parse_with_config
+from vtools.cli.data_path import check_data_exists
 from vtools.cli.declared import add_declared, check_declared
 from vtools.cli.eval_flags import add_threshold, check_threshold
 from vtools.cli.options import (
@@ -237,3 +238,4 @@ def check_train_args(args: argparse.Namespace) -> None:
     args.data_dir = args.data_dir or args.data  # one spelling in the saved config
     if not args.data_dir and not args.dataset:
         raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")
+    check_data_exists(args.data_dir, args.dataset)

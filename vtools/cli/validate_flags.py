@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vtools.cli.data_path import check_data_exists
 from vtools.cli.eval_flags import (
     add_eval_model_args,
     add_results_file_and_format,
@@ -140,6 +141,7 @@ def check(args: argparse.Namespace) -> argparse.Namespace:
     """Every check of validate.py's options that reads only them: the command line's and the Python API's."""
     check_values(args)
     check_threshold(args)
+    check_data_exists(args.data or args.data_dir, args.dataset)
     if args.report:
         check_report_args(args)
     return args
