@@ -1,22 +1,27 @@
 """``vtools avg-checkpoints`` and ``vtools clean-checkpoint`` on a real run's checkpoints, trained on cpu and on
 the emulated npu: each epoch's checkpoint records its metric as timm's saver does (the summary row's), the best
 -n are chosen by it, only the files the run's ledger lists count, the averaged model folder validates, and a
-cleaned checkpoint holds exactly the run's weights under a name carrying its file's hash."""
+cleaned checkpoint holds exactly the run's weights under a name carrying its file's hash. Then what the
+committed case table (probe_cases/checkpoint_tools.yaml) cannot hold: validate.py reading averaged weights on
+each device, a full disk (a tmpfs mounted for the test), two cleans of one name at once, and .gitignore."""
 
 from __future__ import annotations
 
 import csv
 import functools
 import hashlib
+import os
 import shutil
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import DEVICE_TYPES, assert_one_line_error, device_flags, run_script, train_args
+from tests.conftest import DEVICE_TYPES, REPO, assert_one_line_error, device_flags, run_script, train_args
+from tests.scripts.probe_cases import checkpoint_tools as make
 
 EPOCHS = 4
 
@@ -121,3 +126,77 @@ def test_bad_input_is_one_line(args: list[str], words: str, tmp_path: Path) -> N
     proc = run_script(["-m", "vtools", *(arg.format(tmp=tmp_path) for arg in args)])
     assert_one_line_error(proc, 2, words.format(tmp=tmp_path))
     assert (tmp_path / "taken.pth").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_validate_reads_what_avg_checkpoints_wrote(device_type: str, tmp_path: Path) -> None:
+    make.three(tmp_path)
+    args = ["-m", "vtools", "avg-checkpoints", "--input", str(tmp_path / "ck"), "--filter", "checkpoint-*.pth.tar"]
+    averaged = run_script([*args, "-n", "2", "--output", str(tmp_path / "avg.pth")])
+    assert averaged.returncode == 0, averaged.stderr
+    validate = ["validate.py", str(make.DATA), "--model", "test_resnet", "--num-classes", "10", "--workers", "0"]
+    proc = run_script([*validate, "--checkpoint", str(tmp_path / "avg.pth"), *device_flags(device_type)])
+    assert proc.returncode == 0, proc.stderr
+    assert "avg.pth" in proc.stdout
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: too small for a test_resnet state dict (root only; the suite runs as root in CI)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root and a mount command")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.cpu_only(reason="a full disk on the host; the weights are written from host memory")
+@pytest.mark.parametrize("safetensors", [False, True])
+def test_a_full_disk_is_one_line_and_leaves_nothing(full_disk: Path, tmp_path: Path, safetensors: bool) -> None:
+    make.two(tmp_path)
+    output = full_disk / ("avg.safetensors" if safetensors else "avg.pth")
+    args = ["-m", "vtools", "avg-checkpoints", "--input", str(tmp_path / "ck"), "--filter", "checkpoint-*.pth.tar"]
+    proc = run_script([*args, "--output", str(output), *(["--safetensors"] if safetensors else [])])
+    assert_one_line_error(proc, 3, f"could not write {output} (No space left on device)")
+    assert not list(full_disk.iterdir())
+
+
+@pytest.mark.cpu_only(reason="file names and contents on the host")
+def test_two_cleans_of_one_name_at_once_keep_their_own_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second clean runs while the first is writing (called from inside its write): with one fixed
+    staging name the second would write over the first's staging file, and the first would publish it."""
+    from vtools.commands import clean_checkpoint
+
+    make.save_checkpoint(tmp_path / "a" / "best.pth.tar", 70.0)
+    (tmp_path / "b").mkdir()
+    torch.save({"state_dict": {"w": torch.zeros(3)}}, tmp_path / "b" / "best.pth.tar")
+    write = clean_checkpoint.write_weights
+    nested: list[int] = []
+
+    def write_and_interleave(state: dict, path: Path, safetensors: bool) -> None:
+        write(state, path, safetensors)
+        if not nested:  # the second clean, a one-tensor checkpoint of the same name, once
+            nested.append(1)
+            clean_checkpoint.main(["--checkpoint", str(tmp_path / "b" / "best.pth.tar"), "--output", str(out)])
+
+    out = tmp_path / "out" / "best.pth"
+    monkeypatch.setattr(clean_checkpoint, "write_weights", write_and_interleave)
+    clean_checkpoint.main(["--checkpoint", str(tmp_path / "a" / "best.pth.tar"), "--output", str(out)])
+    cleaned = {len(torch.load(path, weights_only=True)): path for path in (tmp_path / "out").glob("best-*.pth")}
+    assert sorted(cleaned) == [1, len(torch.load(tmp_path / "a" / "best.pth.tar", weights_only=True)["state_dict"])]
+    for path in cleaned.values():
+        assert path.name == f"best-{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}.pth"
+    assert not [path for path in (tmp_path / "out").iterdir() if path.name.startswith(".")]
+
+
+@pytest.mark.cpu_only(reason="reads .gitignore; runs nothing on a device")
+def test_the_default_outputs_in_the_checkout_are_ignored_by_git() -> None:
+    names = ["averaged.pth", "averaged.safetensors", "model_best.pth-1a2b3c4d.pth", "checkpoint-3.pth-0f.safetensors"]
+    proc = subprocess.run(["git", "check-ignore", *names], cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.split() == names, proc.stderr

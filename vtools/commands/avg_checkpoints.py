@@ -2,10 +2,14 @@
 
 The checkpoints under --input that match --filter are ranked by the metric each was saved with and the
 best -n are averaged (EMA weights where a checkpoint has them, unless --no-use-ema), in timm's arithmetic:
-the result equals timm's script's bit for bit. In a vtools run folder only the files its run ledger lists
-count (another run's or a copied-in file is left out, and said). The weights go to --output as timm
-writes them (a state dict, .pth or .safetensors), and with --model-folder also as a model folder that
-validate.py and inference.py take (the run's model/config.json beside them).
+the result equals timm's script's bit for bit (num_batches_tracked as float32, as timm writes it; vtools'
+loaders cast it back, as timm's do, so validate.py, inference.py and train.py --initial-checkpoint read
+it). A checkpoint whose metric is NaN ranks nowhere (left out, and said); fewer matches than -n are all
+averaged, and said.
+In a vtools run folder only the files its run ledger lists count (another run's, a copied-in file or one
+outside the folder is left out, and said). The weights go to --output as timm writes them (a state dict,
+.pth or .safetensors), and with --model-folder also as a new model folder that validate.py and
+inference.py take (the run's model/config.json beside them). Neither replaces an existing file or folder.
 
 Examples:
   vtools avg-checkpoints --input runs/my-run --filter 'checkpoint-*.pth.tar' -n 3 --output avg.safetensors
@@ -16,16 +20,21 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 
-from vtools.atomic import atomic_copy
+from vtools.atomic import atomic_copy, shared_file_mode
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
     average_weights,
+    check_same_model,
+    check_weights_name,
     checkpoint_metric,
     checkpoint_weights,
     read_training_checkpoint,
@@ -52,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", type=int, default=10, metavar="N", help="checkpoints to average (default: 10)")
     parser.add_argument("--safetensors", action="store_true", help="write safetensors instead of torch.save")
     parser.add_argument(
-        "--model-folder", default="", metavar="DIR", help="also write a model folder (needs the run's model/)"
+        "--model-folder", default="", metavar="DIR", help="also write a new model folder (needs the run's model/)"
     )
     return parser
 
@@ -65,10 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.input or ".")
     candidates = run_checkpoints(folder, args.filter)
     config = folder / "model" / "config.json"
-    if args.model_folder and not config.is_file():
-        raise UsageError(
-            f"--model-folder: {folder} has no model/config.json to describe the weights (a vtools run has)"
-        )
+    if args.model_folder:
+        check_new_folder(Path(args.model_folder), config, folder)
     outputs = [Output("--output", output)]
     if args.model_folder:
         outputs.append(Output("--model-folder", Path(args.model_folder), files=("config.json", "model.safetensors")))
@@ -76,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs([("a checkpoint", path) for path in candidates] + run_folder, outputs)
     chosen = choose(candidates, args.n, not args.no_sort)
     states = [checkpoint_weights(read_training_checkpoint(path), path, not args.no_use_ema) for path in chosen]
+    check_same_model(states, chosen)
     averaged = average_weights(states)
     write_weights(averaged, output, args.safetensors)
     print(f"averaged {len(chosen)} checkpoint(s) into {output} (sha256 {sha256_of(output)})")
@@ -95,45 +103,99 @@ def output_path(output: str, safetensors: bool) -> Path:
     path = Path(stem + (extension or (".safetensors" if safetensors else ".pth")))
     if path.exists():
         raise UsageError(f"--output {path} already exists: give a new name")
+    check_weights_name("--output", path, safetensors)
     return path
+
+
+def check_new_folder(target: Path, config: Path, folder: Path) -> None:
+    """--model-folder must be a new folder (another model's files would sit beside a config that no
+    longer describes them), and the run must have the config.json that describes the weights."""
+    if target.exists():
+        raise UsageError(f"--model-folder {target} already exists: give a new folder name")
+    if not config.is_file():
+        raise UsageError(
+            f"--model-folder: {folder} has no model/config.json to describe the weights (a vtools run has)"
+        )
 
 
 def run_checkpoints(folder: Path, pattern: str) -> list[Path]:
     """The files matching ``pattern`` under ``folder`` (recursive ``**`` as in timm); in a vtools run folder
-    only those its ledger lists."""
+    only those its ledger lists, wherever ``pattern`` reaches them from (``../run/...``, an absolute path)."""
     if not folder.is_dir():
         raise UsageError(f"--input {folder} is not a folder")
     found = sorted(Path(path) for path in glob.glob(str(folder / pattern), recursive=True) if Path(path).is_file())
-    if (folder / LOCK_NAME).is_file():
-        listed = set(read_ledger(folder))
-        ours = [path for path in found if path.relative_to(folder).as_posix() in listed]
-        if len(ours) < len(found):
-            left = ", ".join(path.name for path in found if path not in ours)
-            print(f"left out {len(found) - len(ours)} file(s) the run's ledger does not list: {left}")
-        found = ours
+    if found and (folder / LOCK_NAME).is_file():
+        found = ledger_listed(folder, found, pattern)
     if not found:
         raise UsageError(f"no checkpoint in {folder} matches --filter {pattern!r}")
     return found
 
 
+def ledger_listed(folder: Path, found: list[Path], pattern: str) -> list[Path]:
+    """The files of ``found`` that the run in ``folder`` lists; the others are named and left out, and
+    none at all is one line (a run folder averages only its own checkpoints)."""
+    listed = set(read_ledger(folder))
+    home = Path(os.path.abspath(folder))
+    ours = [path for path in found if _inside(path, home) in listed]
+    left = [path for path in found if path not in ours]
+    if not ours:
+        raise UsageError(
+            f"--filter {pattern!r} matches {len(found)} file(s), none of them a checkpoint the run in {folder} "
+            f"lists (such as {left[0]}): a run folder averages its own checkpoints"
+        )
+    if left:
+        print(f"left out {len(left)} file(s) the run's ledger does not list: {', '.join(path.name for path in left)}")
+    return ours
+
+
+def _inside(path: Path, home: Path) -> str | None:
+    """``path`` relative to ``home`` with ``..`` steps taken (links are not followed: the ledger names
+    the links a run made), or None for a path outside it."""
+    absolute = Path(os.path.abspath(path))
+    return absolute.relative_to(home).as_posix() if absolute.is_relative_to(home) else None
+
+
 def choose(paths: list[Path], count: int, by_metric: bool) -> list[Path]:
-    """The best ``count`` by saved metric, in ascending order as timm sums them (or all, unsorted)."""
+    """The best ``count`` by saved metric, in ascending order as timm sums them (or all, unsorted). A NaN
+    metric is left out (it would rank anywhere); fewer than ``count`` are all taken, and said."""
     if not by_metric:
         print("selected: " + ", ".join(str(path) for path in paths))
         return paths
-    ranked = sorted(
-        (metric, str(path))
-        for path in paths
-        if (metric := checkpoint_metric(read_training_checkpoint(path))) is not None
-    )[-count:]
+    metrics = [(checkpoint_metric(read_training_checkpoint(path), path), str(path)) for path in paths]
+    for why, left in (
+        ("that record no metric", [name for metric, name in metrics if metric is None]),
+        ("whose metric is NaN", [name for metric, name in metrics if metric is not None and math.isnan(metric)]),
+    ):
+        if left:
+            print(f"left out {len(left)} checkpoint(s) {why}: {', '.join(Path(name).name for name in left)}")
+    ranked = sorted((metric, name) for metric, name in metrics if metric is not None and not math.isnan(metric))
     if not ranked:
         raise UsageError("none of the matching checkpoints records a metric: give --no-sort to average them all")
+    if len(ranked) < count:
+        print(f"averaging {len(ranked)} of the {count} checkpoints -n asks for: only {len(ranked)} rank by metric")
+    ranked = ranked[-count:]
     print("selected (metric, checkpoint): " + ", ".join(f"{metric:.4f} {name}" for metric, name in ranked))
     return [Path(name) for _, name in ranked]
 
 
 def write_model_folder(state: dict[str, torch.Tensor], folder: Path, config: Path) -> None:
-    """The averaged weights as model.safetensors beside the run's model config.json, each written atomically."""
-    folder.mkdir(parents=True, exist_ok=True)
-    write_weights(state, folder / "model.safetensors", safetensors=True)
-    atomic_copy(config, folder / "config.json")
+    """The averaged weights as model.safetensors beside the run's model config.json, written in a staging
+    folder that is renamed into place: the folder appears whole, or not at all."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        write_weights(state, staging / "model.safetensors", safetensors=True)
+        atomic_copy(config, staging / "config.json")
+        staging.chmod(_folder_mode())  # mkdtemp makes it 0700; a model folder is for sharing
+        os.rename(staging, folder)  # refused where a folder with files has appeared there meanwhile
+    except OSError as err:
+        raise UsageError(f"--model-folder {folder} could not be put in place ({err.strerror or err})") from err
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _folder_mode() -> int:
+    """The mode mkdir gives a folder: the shared file mode, searchable where readable."""
+    mode = shared_file_mode()
+    return mode | (mode & 0o444) >> 2

@@ -4,7 +4,9 @@ Keeps the state dict (the EMA weights where the checkpoint has them, unless --no
 optimizer, scheduler and every other entry, removes DDP and torch.compile prefixes and, with
 --clean-aux-bn, split-BN training's auxiliary layers, and writes the rest as timm does: named after
 --output (or, without it, after the checkpoint, in the current folder) with the first 8 hex digits of
-the file's SHA-256 appended unless --no-hash, as .pth or, with --safetensors, .safetensors.
+the file's SHA-256 appended unless --no-hash, as .pth or, with --safetensors, .safetensors. The file is
+written under a staging name of its own (``.<name>.<random>.tmp``) and linked into place only where no
+file of its final name exists: nothing is ever written over.
 
 Examples:
   vtools clean-checkpoint --checkpoint runs/my-run/model_best.pth.tar --output resnet50-mine.pth
@@ -15,11 +17,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
+
+import torch
 
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
+    check_weights_name,
     checkpoint_weights,
     read_training_checkpoint,
     sha256_of,
@@ -50,20 +56,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.output and Path(args.output).exists():
         raise UsageError(f"--output {args.output} already exists: give a new name")
     folder, stem, extension = output_parts(checkpoint, args.output, args.safetensors)
+    check_weights_name("--output", folder / f"{stem}{extension}", args.safetensors)
     check_outputs([("--checkpoint", checkpoint)], [Output("--output", folder / f"{stem}{extension}")])
     state = checkpoint_weights(read_training_checkpoint(checkpoint), checkpoint, not args.no_use_ema)
     if args.clean_aux_bn:
         state = without_aux_bn(state)
-    staging = folder / f".{stem}.cleaning"
-    write_weights(state, staging, args.safetensors)
-    digest = sha256_of(staging)
-    final = folder / (f"{stem}{extension}" if args.no_hash else f"{stem}-{digest[:8]}{extension}")
-    if final.exists():
-        staging.unlink()
-        raise UsageError(f"{final} already exists: give another --output")
-    os.replace(staging, final)
+    final, digest = write_cleaned(state, folder, stem, extension, args)
     print(f"wrote {final} ({len(state)} tensors, sha256 {digest})")
     return 0
+
+
+def write_cleaned(
+    state: dict[str, torch.Tensor], folder: Path, stem: str, extension: str, args: argparse.Namespace
+) -> tuple[Path, str]:
+    """Write ``state`` under a staging name no other process or file has, then give it its final name
+    (which holds its hash) only where that name is free: a hard link fails on an existing file, where a
+    rename would replace it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
+    os.close(handle)
+    staging = Path(name)
+    try:
+        write_weights(state, staging, args.safetensors)
+        digest = sha256_of(staging)
+        final = folder / (f"{stem}{extension}" if args.no_hash else f"{stem}-{digest[:8]}{extension}")
+        put_in_place(staging, final)
+    finally:
+        staging.unlink(missing_ok=True)
+    return final, digest
+
+
+def put_in_place(staging: Path, final: Path) -> None:
+    """``staging`` becomes ``final`` unless a file of that name exists (then one line, nothing replaced)."""
+    try:
+        os.link(staging, final)
+    except FileExistsError as err:
+        raise UsageError(f"{final} already exists: give another --output") from err
+    except OSError:  # a filesystem without hard links: check, then rename (a narrow window, not none)
+        if final.exists():
+            raise UsageError(f"{final} already exists: give another --output") from None
+        os.replace(staging, final)
 
 
 def output_parts(checkpoint: Path, output: str, safetensors: bool) -> tuple[Path, str, str]:

@@ -4,8 +4,10 @@ Both of timm's scripts read a checkpoint's EMA weights when it has them (``state
 ``model_ema``), else its ``state_dict`` (or ``model``), with DDP and torch.compile prefixes removed
 (timm's ``clean_state_dict``). Averaging follows timm's arithmetic exactly, so the result equals its
 script's bit for bit: the checkpoints in ascending order of their metric, each tensor summed in float64,
-divided by the count, clamped to float32's range and stored as float32. Reading never runs pickled
-code (vtools/models/weights.py).
+divided by the count, clamped to float32's range and stored as float32. One departure: integer buffers
+(batch norm's ``num_batches_tracked``) are rounded back to their integer type, where timm's script leaves
+them float32 and relies on its loader to cast them; vtools' scripts, and any strict reader, then take the
+result as it is. Reading never runs pickled code (vtools/models/weights.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from safetensors.torch import save
@@ -27,14 +29,29 @@ EMA_KEYS = ("state_dict_ema", "model_ema")
 PLAIN_KEYS = ("state_dict", "model")
 
 
-def checkpoint_metric(checkpoint: Mapping[str, Any]) -> float | None:
-    """The metric a checkpoint was saved with: ``metric``, else ``metrics[metric_name]`` (timm's saver)."""
-    if checkpoint.get("metric") is not None:
-        return float(checkpoint["metric"])
-    metrics, name = checkpoint.get("metrics"), checkpoint.get("metric_name")
-    if isinstance(metrics, Mapping) and name in metrics:
-        return float(metrics[name])
-    return None
+def checkpoint_metric(checkpoint: Mapping[str, Any], path: Path | str = "checkpoint") -> float | None:
+    """The metric a checkpoint was saved with: ``metric``, else ``metrics[metric_name]`` (timm's saver);
+    one line where it is not a single number (a string, a tensor of several values). NaN is returned as
+    it is: the caller leaves it out of the ranking."""
+    value = checkpoint.get("metric")
+    if value is None:
+        metrics, name = checkpoint.get("metrics"), checkpoint.get("metric_name")
+        if not (isinstance(metrics, Mapping) and name in metrics):
+            return None
+        value = metrics[name]
+    return as_number(value, path)
+
+
+def as_number(value: Any, path: Path | str) -> float:
+    """``value`` as a float: a Python or numpy number, or a tensor of one element; anything else is refused,
+    since ranking by it would be a guess."""
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        shown = f"a tensor of {value.numel()} values"
+    elif isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+        shown = f"{value!r}"[:40]
+    else:
+        return float(value)
+    raise UsageError(f"checkpoint {path}: its metric is {shown}, not a number; give --no-sort to average by order")
 
 
 def read_training_checkpoint(path: Path) -> Mapping[str, Any]:
@@ -57,7 +74,8 @@ def checkpoint_weights(checkpoint: Mapping[str, Any], path: Path, use_ema: bool)
 
 
 def average_weights(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The mean of ``states``, key by key, in timm's arithmetic (see the module docstring)."""
+    """The mean of ``states``, key by key, in timm's arithmetic (see the module docstring): integer
+    buffers come back float32 as timm's, and vtools' loaders cast them back as timm's do."""
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
     for state in states:
@@ -75,6 +93,26 @@ def average_weights(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Te
     }
 
 
+def check_same_model(states: list[dict[str, torch.Tensor]], paths: list[Path]) -> None:
+    """One line unless every state holds the same keys with the same shapes: checkpoints of two
+    architectures or head sizes have no mean."""
+    first = states[0]
+    for state, path in zip(states[1:], paths[1:]):
+        missing = sorted(set(first) ^ set(state))
+        differing = [key for key in first if key in state and state[key].shape != first[key].shape]
+        if missing or differing:
+            key = (missing or differing)[0]
+            detail = (
+                f"{key} is in only one of them"
+                if missing
+                else f"{key} {tuple(first[key].shape)} vs {tuple(state[key].shape)}"
+            )
+            raise UsageError(
+                f"checkpoints {paths[0]} and {path} hold different models ({detail}): average checkpoints of one "
+                "architecture and head size"
+            )
+
+
 def without_aux_bn(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``state`` less the auxiliary batch-norm layers of timm's split-BN training (--clean-aux-bn)."""
     return {key: value for key, value in state.items() if "aux_bn" not in key}
@@ -82,12 +120,56 @@ def without_aux_bn(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def write_weights(state: dict[str, torch.Tensor], path: Path, safetensors: bool) -> None:
     """``state`` to ``path`` atomically, as safetensors or as torch.save writes it. safetensors stores
-    contiguous tensors only: weights trained channels-last are packed first (same values)."""
+    contiguous tensors only: weights trained channels-last are packed first (same values). Either way a
+    full disk is the same one line (exit 3), and nothing is left behind."""
     if safetensors:
         packed = {key: value.contiguous() for key, value in state.items()}
         atomic_write(path, lambda stream: stream.write(save(packed)))
     else:
-        atomic_write(path, lambda stream: torch.save(state, stream))
+        atomic_write(path, lambda stream: torch_save(state, stream))
+
+
+def torch_save(state: dict[str, torch.Tensor], stream: IO[bytes]) -> None:
+    """torch.save into ``stream``, re-raising the OSError a write met: torch's zip writer reports a full disk
+    as an internal ``enforce fail`` at a position, which :func:`atomic_write` would not know for a write error."""
+    watched = _WatchedStream(stream)
+    try:
+        torch.save(state, watched)
+    except RuntimeError as err:
+        if watched.error is not None:
+            raise watched.error from err
+        raise
+
+
+class _WatchedStream:
+    """A binary stream that remembers the OSError its last write raised."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.stream.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def check_weights_name(flag: str, path: Path, safetensors: bool) -> None:
+    """One line where the name says one format and the bytes would be the other: a ``.pth`` holding
+    safetensors (torch cannot read it; timm only warns), or a ``.safetensors`` holding a pickle."""
+    named_safetensors = path.suffix == ".safetensors"
+    if safetensors and not named_safetensors:
+        raise UsageError(
+            f"{flag} {path}: --safetensors writes safetensors, which readers know by the .safetensors extension; "
+            f"name it {path.with_suffix('.safetensors').name}, or leave out --safetensors for a torch.save file"
+        )
+    if named_safetensors and not safetensors:
+        raise UsageError(f"{flag} {path} is named .safetensors: add --safetensors, or name it .pth")
 
 
 def sha256_of(path: Path) -> str:

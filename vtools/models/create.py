@@ -22,7 +22,7 @@ import torch
 
 from vtools.errors import UsageError
 from vtools.models.onnx_model import is_onnx, load_onnx_model
-from vtools.models.weights import fit_problems, load_checkpoint, read_state_dict
+from vtools.models.weights import cast_integer_buffers, fit_problems, load_checkpoint, read_state_dict
 
 _OFFLINE_ERRORS = (
     "LocalEntryNotFoundError",
@@ -184,6 +184,7 @@ def _from_folder_on_device(
     model = _timm_create(name, normalized, False, kwargs, folder, user_keys, flag).to(device)
     state = read_state_dict(weights, device=device)  # a one-line UsageError naming the file, or a refusal
     expected = model.state_dict()
+    state = cast_integer_buffers(expected, state)
     problems = fit_problems(expected, state, shown=2)
     if not problems:
         model.load_state_dict(state)

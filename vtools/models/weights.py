@@ -58,7 +58,9 @@ def read_checkpoint(
 def safe_load(path: Path, device: torch.device | str = "cpu", mmap: bool = False) -> Any:
     """``torch.load`` with ``weights_only=True`` (and timm's harmless checkpoint types allowed): a file that
     would run code is refused, and one that is not a checkpoint is a one-line :class:`UsageError`. ``mmap``:
-    tensors are read from the file only when used (host memory; a metric read then skips the weights)."""
+    tensors are read from the file only when used (host memory; a metric read then skips the weights); torch
+    maps only its zip format, so a legacy file (older torch and timm wrote them) is read whole instead."""
+    mmap = mmap and is_zip_file(path)
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols before refusing; the error says it
             warnings.simplefilter("ignore")
@@ -69,6 +71,15 @@ def safe_load(path: Path, device: torch.device | str = "cpu", mmap: bool = False
     except Exception as err:  # truncated, not a zip, wrong magic: all mean "not a checkpoint"
         torch_says = whole_sentences(str(err)) or type(err).__name__
         raise UnreadableCheckpoint(path, unreadable_detail(path, torch_says)) from err
+
+
+def is_zip_file(path: Path) -> bool:
+    """Whether ``path`` is in torch.save's zip format (the only one torch can map), not its legacy pickle."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False  # torch.load then says what is wrong with the file
 
 
 class UnreadableCheckpoint(UsageError):
@@ -189,6 +200,7 @@ def load_checkpoint(
     """Load weights into ``model``, naming every missing, unexpected or mis-shaped key. A checkpoint of a
     vtools run also brings the run's preprocessing, which then comes before the model's defaults."""
     state, data_config = read_checkpoint(path, use_ema=use_ema, device=device)
+    state = cast_integer_buffers(model.state_dict(), state)
     check_state_dict_fits(model, state, str(path))
     model.load_state_dict(state, strict=True)
     if data_config:
@@ -200,6 +212,28 @@ def check_state_dict_fits(model: torch.nn.Module, state: Mapping[str, torch.Tens
     problems = fit_problems(model.state_dict(), state)
     if problems:
         raise UsageError(f"checkpoint {source} does not fit the model: " + "; ".join(problems))
+
+
+def cast_integer_buffers(
+    expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``state`` with floating-point tensors cast to the integer type of the model's buffers they load into
+    (``num_batches_tracked``), as timm's loader casts them: timm's avg_checkpoints.py stores them as float32.
+    Integer tensors for floating-point weights are left for :func:`fit_problems` to refuse."""
+    return {
+        key: value.to(expected[key].dtype) if _float_for_integer(value, expected.get(key)) else value
+        for key, value in state.items()
+    }
+
+
+def _float_for_integer(value: torch.Tensor, expected: torch.Tensor | None) -> bool:
+    return (
+        expected is not None
+        and value.is_floating_point()
+        and not expected.is_floating_point()
+        and not expected.is_complex()
+        and expected.dtype != torch.bool
+    )
 
 
 def fit_problems(expected: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], shown: int = 4) -> list[str]:
