@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better, improves
+from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better, improves, metric_text
 from vtools.observe.curves import best_epoch
 from vtools.train.checkpoint import CheckpointManager
 
@@ -43,3 +43,10 @@ def test_checkpoints_and_curves_pick_the_same_epoch(metric: str, tmp_path: Path)
         writer.writeheader()
         writer.writerows(rows)
     assert best_epoch(tmp_path, rows) == manager.best_epoch == 1
+
+
+def test_the_best_figure_reads_as_its_epoch_line() -> None:
+    """The run's end said ``best top1 84.3333`` under epoch lines of ``top1 84.33``."""
+    assert metric_text("top1", 84.33333) == "top1 84.33"
+    assert metric_text("top5", 86.0) == "top5 86.00"
+    assert metric_text("loss", 0.50234) == "loss 0.5023"

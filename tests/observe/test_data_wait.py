@@ -15,7 +15,15 @@ import pytest
 import torch
 
 from vtools.data.loaders import Batch
-from vtools.observe.data_wait import THRESHOLD, DataWaitVerdict, LoaderSetting, data_wait_fixes
+from vtools.observe.data_wait import (
+    MIN_STEPS,
+    THRESHOLD,
+    DataWaitVerdict,
+    LoaderSetting,
+    data_wait_fixes,
+    filesystem_of,
+    on_local_disk,
+)
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan
 from vtools.train.loop import LogPoint, TrainComponents, train_one_epoch
@@ -83,7 +91,7 @@ def setting(tmp_path: Path, cores: int = 2, workers: int | None = None, side: in
 
 
 def test_data_wait_verdict_comes_with_a_slow_loader_once(device: torch.device, tmp_path: Path) -> None:
-    verdict = DataWaitVerdict(setting(tmp_path))
+    verdict = DataWaitVerdict(setting(tmp_path, cores=16))  # cores to spare: more workers is a fix
     slow = epoch(device, loader_pause=PAUSE, model_pause=0.0)
     assert slow.data_wait > 0.8  # measured by the loop itself
     message = verdict.epoch(0, slow.data_wait)
@@ -106,10 +114,38 @@ def test_data_wait_fixes_fit_the_host(tmp_path: Path) -> None:
     roomy = data_wait_fixes(setting(tmp_path / "a", cores=16, workers=2, side=28))
     assert roomy[0].startswith("more loader workers: --workers 15 of this process's 16 cores")
     assert not any("shards" in fix for fix in roomy)  # 28-px images: resizing would not help
-    full = data_wait_fixes(setting(tmp_path / "b", cores=2, side=500))
+    full = data_wait_fixes(setting(tmp_path / "b", cores=2, side=500), mounts=on_nfs(tmp_path))
     assert not any("--workers" in fix for fix in full)  # 1 worker + the main process = 2 cores
     assert any("--max-side 64" in fix and "--dataset wds/" in fix for fix in full)
-    assert full[-1].startswith("read faster")
+    assert full[-1] == "read faster: put the data on a local SSD or in /dev/shm (it is on nfs4, not a local disk)"
+
+
+def on_nfs(path: Path) -> str:
+    """/proc/mounts of a host where ``path`` is on an NFS share mounted over a local root."""
+    return f"/dev/vda / ext4 rw 0 0\ntmpfs /dev/shm tmpfs rw 0 0\nserver:/export {path} nfs4 rw 0 0\n"
+
+
+@pytest.mark.cpu_only(reason="reads mount tables on the host")
+def test_a_faster_store_only_where_the_data_is_not_known_local(tmp_path: Path) -> None:
+    """A 120-image run from a local disk was told to move its data to an SSD: the store advice comes only
+    where the data's filesystem is not a local kind, or cannot be told."""
+    data = tmp_path / "data"
+    local = "/dev/vda / ext4 rw 0 0\ntmpfs /dev/shm tmpfs rw 0 0\n"
+    assert filesystem_of(str(data), on_nfs(tmp_path)) == "nfs4" and not on_local_disk(str(data), on_nfs(tmp_path))
+    assert filesystem_of("/dev/shm/x", local) == "tmpfs" and on_local_disk("/dev/shm/x", local)
+    assert filesystem_of(str(data), local) == "ext4" and on_local_disk(str(data), local)
+    assert filesystem_of(f"{tmp_path}-other/x", on_nfs(tmp_path)) == "ext4"  # a sibling, not inside the share
+    assert not any("read faster" in fix for fix in data_wait_fixes(setting(tmp_path / "a"), mounts=local))
+    unknown = data_wait_fixes(setting(tmp_path / "b"), mounts="")  # no mount table: not known to be local
+    assert unknown[-1] == "read faster: put the data on a local SSD or in /dev/shm rather than a network filesystem"
+
+
+@pytest.mark.cpu_only(reason="arithmetic on a measured share")
+def test_a_short_epoch_brings_no_verdict(tmp_path: Path) -> None:
+    """An epoch of a few batches waits mostly for its workers to start: no verdict until MIN_STEPS batches."""
+    verdict = DataWaitVerdict(setting(tmp_path))
+    assert verdict.epoch(0, 0.9, steps=MIN_STEPS - 1) is None and verdict.summary() is None
+    assert verdict.epoch(1, 0.9, steps=MIN_STEPS) is not None
 
 
 def test_progress_lines_in_a_log_file(device: torch.device) -> None:

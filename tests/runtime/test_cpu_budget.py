@@ -82,6 +82,16 @@ def test_flags_and_omp_num_threads_override(device: torch.device, monkeypatch: p
     assert torch.get_num_threads() == 1
 
 
+@pytest.mark.parametrize(("cores", "asked", "workers"), [(2, 4, 2), (2, 2, 2), (16, 4, 4), (1, 8, 1), (4, 0, 0)])
+def test_workers_are_cut_to_the_cores(device: torch.device, cores: int, asked: int, workers: int) -> None:
+    """A timm args.yaml's ``workers: 4`` on a 2-core host made torch warn of a stall (4 worker processes, max 2):
+    given workers, from the command line or a config, stop at the cores this process may use, and say so."""
+    budget = plan(device.type, cores, workers=asked)
+    assert budget.workers == workers
+    cut = f"{workers} loader worker{'s' * (workers != 1)} (--workers {asked} cut to the {cores} cores this"
+    assert (cut in budget.describe()) == (asked > cores), budget.describe()
+
+
 def test_torchrun_ranks_share_the_cores(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under torchrun each rank plans with its share of the host's cores; --bind-cores pins it there."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import assert_usage_error, run_script
 from vtools.errors import UsageError
 from vtools.observe.env_report import describe
 from vtools.runtime import device as dev
@@ -79,6 +80,19 @@ def test_index_out_of_range(device: torch.device) -> None:
         pytest.skip("cpu takes no index")
     with pytest.raises(UsageError, match=rf"{device.type}:{count} requested, {count} visible"):
         dev.resolve_device(f"{device.type}:{count}")
+
+
+@pytest.mark.cpu_only(reason="the message of a host where cuda is hidden, whatever the host has")
+def test_a_timm_args_yaml_naming_cuda_says_what_runs_here(tmp_path: Path) -> None:
+    """timm's train.py writes ``device: cuda`` into every args.yaml; off-GPU the stop named cuda and nothing
+    else, though ``--device auto`` runs the same recipe on what the host has."""
+    (tmp_path / "args.yaml").write_text("device: cuda\nmodel: test_resnet\nworkers: 4\n", encoding="utf-8")
+    proc = run_script(
+        ["train.py", "-c", str(tmp_path / "args.yaml"), "--data-dir", "data/fashion-mnist-mini"],
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert_usage_error(proc, "--device cuda: this torch supports cuda but no device is available")
+    assert "; --device auto runs on what this host has (cpu)" in proc.stderr, proc.stderr
 
 
 @pytest.mark.cpu_only(reason="resolution fails before any device is used")

@@ -25,6 +25,7 @@ from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
 from vtools.errors import EXIT_STREAM_LOST, UsageError
+from vtools.evaluation.best_epoch import metric_text
 from vtools.evaluation.loops import EvalResult
 from vtools.evaluation.report_files import CONFUSION, OVERALL
 from vtools.models.create import weights_description
@@ -194,6 +195,7 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
             f"recovery checkpoints {training.recovery.describe()} (the newest {job.run.recovery_keep} kept): "
             "--resume auto continues from the newest"
         )
+    lines += [f"amp: {runtime.amp.note}"] if runtime.amp.note else []
     lines += [f"device: {note}" for note in runtime.notes]
     defaults = device_defaults_line(job, training, runtime.device.type)
     if defaults:
@@ -284,7 +286,7 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
             watch.scalars.epoch(saved.row)
             watch.trackers.epoch(saved.row)
             say(epoch_line(epoch, result, saved.metrics, saved.best, training.clock.since_epoch_start))
-            verdict = watch.data_wait.epoch(epoch, result.data_wait)
+            verdict = watch.data_wait.epoch(epoch, result.data_wait, result.steps)
             if verdict:
                 say(verdict)
         if training.stops_after(epoch, stop):
@@ -308,7 +310,7 @@ def finish(training: TrainingRun, say: Say) -> Path | None:
     if exported is None:
         return None
     say(
-        f"best {training.settings.eval_metric} {exported.best_metric:.4f} at epoch {exported.best_epoch}; "
+        f"best {metric_text(training.settings.eval_metric, exported.best_metric)} at epoch {exported.best_epoch}; "
         f"model folder: {exported.folder}"
     )
     if exported.others:

@@ -15,6 +15,12 @@ def higher_is_better(metric: str) -> bool:
     return metric != "loss"
 
 
+def metric_text(metric: str, value: float) -> str:
+    """``top1 84.33``: the precision the epoch lines print the metric with (a score two decimals, the loss
+    four), so the best epoch's figure reads as the one its epoch line showed."""
+    return f"{metric} {value:.{2 if higher_is_better(metric) else 4}f}"
+
+
 def improves(value: float, best: float | None, higher: bool) -> bool:
     """Whether ``value`` beats ``best`` (None: no best yet); a tie does not."""
     if best is None:

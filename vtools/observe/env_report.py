@@ -97,7 +97,7 @@ def _device_report(target: torch.device) -> dict[str, Any]:
         "devices": [
             describe(target if dev.kind_of(target.type).host else torch.device(target.type, i)) for i in range(count)
         ],
-        "amp_policy": amp.dtype_name,
+        "amp_policy": amp.describe(),
         "grad_scaler": amp.needs_grad_scaler,
         "overflow": amp.overflow.describe(),
         "dist_backend": _dist_backend_or_reason(target),

@@ -2,7 +2,9 @@
 
 The rule is the same on every device: bfloat16 where the device runs it
 natively (no scaler needed: bf16 has fp32's exponent range), float16 with a
-GradScaler otherwise. timm's train.py creates its scaler only for CUDA, so
+GradScaler otherwise. The host's cores are the exception: bfloat16 there only where the CPU computes it
+natively (vtools/runtime/cpu_bf16.py), else full precision, which is faster than an emulated bfloat16 and than
+float16 alike; the policy carries the reason as a note. timm's train.py creates its scaler only for CUDA, so
 fp16 on an NPU trains unscaled; here the scaler is made for whatever device
 type the policy is for. On a chip that saturates instead of producing inf (vtools/runtime/overflow.py) the
 scaler is :class:`FlagGradScaler`, which handles the chip's float-status flag as the Ascend backend's own scaler
@@ -19,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from vtools.errors import UsageError
-from vtools.runtime.device import is_bf16_supported
+from vtools.runtime.cpu_bf16 import HostBf16, host_bf16
+from vtools.runtime.device import is_bf16_supported, kind_of
 from vtools.runtime.overflow import IEEE, FloatStatusFlag, OverflowMode, overflow_mode
 
 AMP_DTYPES = ("auto", "bfloat16", "float16")
@@ -34,6 +37,7 @@ class AmpPolicy:
     dtype: torch.dtype | None  # None: full precision (fp32)
     bf16_supported: bool = True  # whether the device runs bfloat16 (an Ascend 910A does not)
     overflow: OverflowMode = IEEE  # whether the chip saturates, and whether overflow checks read its flag
+    note: str = ""  # why the precision is not what --amp usually means here (a CPU without native bfloat16)
 
     @property
     def enabled(self) -> bool:
@@ -47,6 +51,10 @@ class AmpPolicy:
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).replace("torch.", "") if self.dtype is not None else "float32"
+
+    def describe(self) -> str:
+        """The precision with its reason, where it has one (the start line, ``vtools env``)."""
+        return self.note or self.dtype_name
 
     def autocast(self) -> AbstractContextManager:
         """The autocast context for a forward pass (a no-op when disabled)."""
@@ -80,11 +88,24 @@ def resolve_amp(device: torch.device, amp: bool, amp_dtype: str = "auto") -> Amp
     if not amp:
         return AmpPolicy(device.type, None, overflow=overflow)
     bf16 = is_bf16_supported(device)
+    slow = _emulated_bf16(device)
+    if amp_dtype == "auto" and slow is not None:
+        return AmpPolicy(device.type, None, bf16_supported=bf16, overflow=overflow, note=slow.auto_note())
     if amp_dtype == "auto":
         amp_dtype = "bfloat16" if bf16 else "float16"
     elif amp_dtype == "bfloat16" and not bf16:
         raise UsageError(f"--amp-dtype bfloat16: {device} does not support bfloat16; use --amp-dtype float16")
-    return AmpPolicy(device.type, _DTYPES[amp_dtype], bf16_supported=bf16, overflow=overflow)
+    note = slow.forced_note() if slow is not None and amp_dtype == "bfloat16" else ""
+    return AmpPolicy(device.type, _DTYPES[amp_dtype], bf16_supported=bf16, overflow=overflow, note=note)
+
+
+def _emulated_bf16(device: torch.device) -> HostBf16 | None:
+    """The CPU's verdict where the model computes on the host's cores and bfloat16 would be emulated there
+    (it runs on any CPU, but fast only with native instructions); None elsewhere."""
+    if not kind_of(device.type).computes_on_host:
+        return None
+    host = host_bf16()
+    return None if host.native else host
 
 
 class FlagGradScaler(torch.amp.GradScaler):

@@ -22,7 +22,9 @@ validation is over, during the checkpoint snapshot.
 On a busy host (other processes keeping some of these cores busy as the run starts, vtools/runtime/
 host_load.py) the main process runs one intra-op thread fewer per busy core, at least one, and says so;
 loader workers are separate processes that the scheduler shares out without stalls, so their count
-stays. ``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side.
+stays. ``--workers`` and ``--threads`` (or ``OMP_NUM_THREADS``) override either side, workers up to the
+cores this process may use: more only queue for them (and torch warns of a stall), so a timm ``args.yaml``'s
+``workers: 4`` on a 2-core host runs 2, and says so.
 ``--bind-cores`` pins each torchrun rank (and the loader workers it forks) to
 its own slice of the cores; where the backend binds its own threads from an
 environment variable (Ascend's ``CPU_AFFINITY_CONF``, named in the device
@@ -67,12 +69,13 @@ class CpuBudget:
     affinity: str = ""  # who binds threads to cores, when not vtools
     kept_freed_memory: bool = False
     busy: float = 0.0  # cores other processes kept busy as the run started (when the threads were not given)
+    workers_asked: int | None = None  # --workers (or a config's workers) where it was more than the cores
 
     def describe(self) -> str:
         """One line for the run's start and ``vtools env``."""
         parts = [
             f"{self.cores} core{'s' * (self.cores != 1)}",
-            f"{self.workers} loader worker{'s' * (self.workers != 1)}",
+            f"{self.workers} loader worker{'s' * (self.workers != 1)}{self._cut()}",
             f"{self.threads} intra-op + {self.interop_threads} inter-op thread"
             f"{'s' * (self.threads + self.interop_threads != 1)}",
         ]
@@ -87,6 +90,12 @@ class CpuBudget:
         if self.kept_freed_memory:
             parts.append("freed host memory kept")
         return ", ".join(parts)
+
+    def _cut(self) -> str:
+        """Why fewer workers than asked: each beyond the process's cores waits for one, and torch warns."""
+        if self.workers_asked is None:
+            return ""
+        return f" (--workers {self.workers_asked} cut to the {self.cores} cores this process may use)"
 
 
 def usable_cores() -> list[int]:
@@ -120,9 +129,11 @@ def plan(
     """The split of ``cores`` between loader workers and the main process for a device type, with ``busy``
     of them taken by other processes."""
     on_host = kind_of(device_type).computes_on_host
+    asked = workers if workers is not None and workers > cores else None
     if workers is None:
         workers = max(1, cores // CORES_PER_CPU_WORKER) if on_host else cores - 1
         workers = max(1, min(MAX_WORKERS, workers))
+    workers = min(workers, cores)  # more would only queue for a core (torch warns and may stall)
     if threads is None:
         env = os.environ.get("OMP_NUM_THREADS", "")
         if env.isdigit() and int(env) > 0:
@@ -137,6 +148,7 @@ def plan(
         pin_thread=not on_host and kind_of(device_type).pinned_host_memory and workers > 0,
         decode_during_validation=not on_host,
         busy=busy,
+        workers_asked=asked,
     )
 
 

@@ -143,9 +143,7 @@ def device_count(device_type: str) -> int:
 
 
 def _visibility(kind: DeviceKind) -> str:
-    if not kind.visible_env:
-        return ""
-    return f"; {kind.visible_env}={os.environ.get(kind.visible_env, 'unset')}"
+    return f"; {kind.visible_env}={os.environ.get(kind.visible_env, 'unset')}" if kind.visible_env else ""
 
 
 def auto_device_type() -> str:
@@ -173,6 +171,7 @@ def resolve_device(spec: str = "auto", device_modules: Iterable[str] = (), flag:
     if count == 0:
         raise UsageError(
             f"{flag} {device_type}: this torch supports {device_type} but no device is available{_visibility(kind)}"
+            f"; {flag} auto runs on what this host has ({auto_device_type()})"  # a timm args.yaml says cuda
         )
     if index is None:
         index = int(os.environ.get("LOCAL_RANK", "0"))
