@@ -196,3 +196,14 @@ def test_another_runs_files_are_refused_and_a_runs_own_readers_may_write_beside_
     (b / ".vtools-run.lock").write_bytes(b"\xff\xfenot a ledger")  # damaged: every file there may be the run's
     with pytest.raises(UsageError, match="would replace summary.csv of the run"):
         check_outputs([("the model", b / "model" / "model.safetensors")], [Output("--output", b / "summary.csv")])
+
+
+@pytest.mark.cpu_only(reason="paths only")
+def test_a_folder_output_inside_another_run_is_refused_before_its_files_are_known(tmp_path: Path) -> None:
+    """vtools shards' OUT names no files in advance: the folder itself must not land in a run folder it
+    does not read, while one beside the runs is fine."""
+    b = _run_folder(tmp_path / "runs" / "B", "summary.csv")
+    with pytest.raises(UsageError, match=re.escape(f"OUT {b / 'shards'} is inside the run folder {b}")):
+        check_outputs([("FOLDER", tmp_path / "data")], [Output("OUT", b / "shards", files=())])
+    assert not (b / "shards").exists()
+    check_outputs([("FOLDER", tmp_path / "data")], [Output("OUT", tmp_path / "runs" / "shards", files=())])

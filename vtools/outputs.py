@@ -62,35 +62,48 @@ def check_run_folders(inputs: Iterable[Input], outputs: Sequence[Output]) -> Non
     """Refuse an output that replaces a file a run's ledger lists, or lands in a run folder the command does
     not read (see the module). Not for train.py itself, which holds its folder's lock: reading the ledger
     through another handle would drop that lock."""
-    read_runs = {run for _, path in inputs if path for run in [_run_folder(_real(Path(path)))] if run is not None}
+    read_runs = {run for _, path in inputs if path for run in [run_folder_of(Path(path))] if run is not None}
     for output in outputs:
+        if output.files is not None:  # the folder itself: its files may not be known yet (vtools shards' OUT)
+            _check_foreign_run(output, run_folder_of(output.path), read_runs)
         for written in output.written():
             place = _real(written)
-            run = _run_folder(place)
+            run = run_folder_of(place)
             if run is None:
                 continue
-            try:
-                listed = set(read_ledger(run))
-            except DamagedLock:
-                listed = None  # which files the run wrote cannot be told: every existing one may be its
-            relative = place.relative_to(run).as_posix()
-            # the ledger names a folder it wrote (model, eval) whole: an existing file under it is the run's too
-            replaces = place.exists() and (listed is None or any(relative.startswith(f"{n}/") for n in listed))
-            replaces = replaces or (listed is not None and relative in listed)
-            if replaces and not output.refreshes_run_file:
-                raise UsageError(
-                    f"{output.what} {output.path} would replace {relative} of the run {run} (a file that run wrote "
-                    "and reads back): write it elsewhere"
-                )
-            if run not in read_runs:
-                raise UsageError(
-                    f"{output.what} {output.path} is inside the run folder {run}, which this command does not "
-                    "read: a run's folder holds that run's files; write it elsewhere"
-                )
+            _check_run_files(output, place, run)
+            _check_foreign_run(output, run, read_runs)
 
 
-def _run_folder(path: Path) -> Path | None:
-    """The innermost folder at or above ``path`` that holds a run's ledger."""
+def _check_run_files(output: Output, place: Path, run: Path) -> None:
+    """Refuse an output at ``place`` that would replace a file the run in ``run`` wrote."""
+    try:
+        listed = set(read_ledger(run))
+    except DamagedLock:
+        listed = None  # which files the run wrote cannot be told: every existing one may be its
+    relative = place.relative_to(run).as_posix()
+    # the ledger names a folder it wrote (model, eval) whole: an existing file under it is the run's too
+    replaces = place.exists() and (listed is None or any(relative.startswith(f"{n}/") for n in listed))
+    replaces = replaces or (listed is not None and relative in listed)
+    if replaces and not output.refreshes_run_file:
+        raise UsageError(
+            f"{output.what} {output.path} would replace {relative} of the run {run} (a file that run wrote "
+            "and reads back): write it elsewhere"
+        )
+
+
+def _check_foreign_run(output: Output, run: Path | None, read_runs: set[Path]) -> None:
+    """Refuse an output inside the run folder ``run`` when the command reads nothing of that run."""
+    if run is not None and run not in read_runs:
+        raise UsageError(
+            f"{output.what} {output.path} is inside the run folder {run}, which this command does not "
+            "read: a run's folder holds that run's files; write it elsewhere"
+        )
+
+
+def run_folder_of(path: Path) -> Path | None:
+    """The innermost folder at or above ``path`` (resolved) that holds a run's ledger: a run folder."""
+    path = _real(path)
     for folder in (path, *path.parents):
         if (folder / LOCK_NAME).is_file():
             return folder

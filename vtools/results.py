@@ -70,20 +70,61 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     if not rows:
         return ""
     columns = list(columns or rows[0].keys())
-    cells = [[_short(row.get(c, "")) for c in columns] for row in rows]
+    decimals = {column: _decimals([row.get(column) for row in rows]) for column in columns}
+    cells = [[_short(row.get(c, ""), decimals[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _short(value: Any) -> str:
+def _decimals(values: Sequence[Any]) -> int:
+    """One precision per column, so 84.33 never stands beside 86.00 as 84.3333: two decimals, four where a
+    value below 1 needs them (a loss)."""
+    floats = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v) and v != 0]
+    return 4 if any(v < 1 for v in floats) else 2
+
+
+def _short(value: Any, decimals: int = 2) -> str:
     if value is None:  # a value that is not there: the csv's empty cell, NaN to pandas
         return "-"
     if isinstance(value, float):
         if not math.isfinite(value) or 0 < abs(value) < 1e-3:
             return f"{value:.4g}"
-        whole, _, decimals = f"{value:.4f}".partition(".")
-        return f"{whole}.{decimals.rstrip('0').ljust(2, '0')}"  # 85.00, not 85: a score never reads as a count
+        return f"{value:.{decimals}f}"  # 85.00, not 85: a score never reads as a count
     text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_number_table(path: Path, first: str) -> list[dict[str, str]]:
+    """The rows of a csv file of numbers that vtools wrote (summary.csv), each cell a number or empty, and
+    the ``first`` column a whole number. A hand-edited cell would otherwise fail far from here, after a
+    resumed run trained or half way through a picture: it stops at once, naming the file, line and column.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is not None and first not in reader.fieldnames:
+                raise UsageError(f"{path} has no {first} column: not a table vtools wrote")
+            rows = []
+            for row in reader:
+                _check_number_row(path, reader.line_num, row, first)
+                rows.append(row)
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not a readable csv table ({type(err).__name__}: {err})") from err
+    return rows
+
+
+def _check_number_row(path: Path, line: int, row: dict[str, Any], first: str) -> None:
+    """Refuse a row with a cell that is not a number, or cells beyond the header's columns."""
+    where = f"{path} line {line}"
+    if None in row:  # csv puts the cells beyond the header's columns under the key None
+        raise UsageError(f"{where} has more cells than the header names: repair or delete that line")
+    for column, cell in row.items():
+        if cell in ("", None) and column != first:
+            continue
+        try:
+            int(cell) if column == first else float(cell)
+        except (TypeError, ValueError):
+            kind, shown = ("a whole number" if column == first else "a number"), repr(cell) if cell else "empty"
+            raise UsageError(f"{where}: {column} is {shown}, not {kind}: repair or delete that line") from None

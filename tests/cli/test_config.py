@@ -142,7 +142,21 @@ def test_a_wrong_value_is_refused_naming_the_key_and_what_it_takes(tmp_path: Pat
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("lr: [0.1\n", "is not valid YAML at line 2: expected ',' or ']', but got '<stream end>'"),
+        (  # the file's one line: the end of the file, where PyYAML notices it, is a line below
+            "lr: [0.1\n",
+            "is not valid YAML at line 1: expected ',' or ']', but got '<stream end>' (while parsing a flow "
+            "sequence, noticed at line 2)",
+        ),
+        (
+            "epochs: 1\nlr:0.1\nopt: sgd\n",
+            "is not valid YAML at line 2: could not find expected ':' (while scanning a simple key, noticed at line 3)",
+        ),
+        (
+            'epochs: 1\nmodel: "abc\nlr: 0.1\n',
+            "is not valid YAML at line 2: found unexpected end of stream (while scanning a quoted scalar, noticed "
+            "at line 4)",
+        ),
+        ("epochs: 1\nlr: 0.1\n  opt: sgd\n", "is not valid YAML at line 3: mapping values are not allowed here"),
         ("- lr\n- 0.1\n", "must be a mapping of option: value"),
         ("[lr]: 0.1\n", ": line 1: a key must be an option name, not a list"),
         ("{lr: 1}: 0.1\n", ": line 1: a key must be an option name, not a mapping"),
@@ -235,3 +249,18 @@ def _parser_with_config() -> argparse.ArgumentParser:
     parser = _parser()
     add_config_flag(parser)
     return parser
+
+
+def test_a_merge_key_is_read_as_yaml_defines_it(tmp_path: Path) -> None:
+    """PyYAML's safe loader merges ``<<: *base`` (its keys first, the mapping's own keys win); the strict
+    loader reads it too, and a key given twice in one mapping is still refused."""
+    config = tmp_path / "run.yaml"
+    config.write_text("model-kwargs: &base {drop_rate: 0.1, zero_init_last: false}\nopt-kwargs:\n  <<: *base\n")
+    assert read_yaml(config)["opt-kwargs"] == {"drop_rate": 0.1, "zero_init_last": False}
+    config.write_text("<<: {epochs: 3, lr: 0.5}\nlr: 0.1\n")
+    read = read_yaml(config)
+    assert read == {"epochs": 3, "lr": 0.1} and read.texts == {"epochs": "3", "lr": "0.1"}
+    assert yaml_defaults(_parser(), read, "run.yaml") == {"epochs": 3, "lr": 0.1}
+    config.write_text("<<: {epochs: 3}\nlr: 0.1\nlr: 0.2\n")
+    with pytest.raises(UsageError, match=r"key 'lr' is given twice \(line 3\)"):
+        read_yaml(config)

@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 
+from tests.conftest import REPO
 from vtools.cli.declared import add_declared, check_declared
 from vtools.cli.options import resume_changeable
 from vtools.errors import UsageError
@@ -86,3 +87,95 @@ def test_resume_and_ranges_come_from_the_declaration() -> None:
         check_declared(parser.parse_args(["--warmup", "0"]), Planted)
     with pytest.raises(UsageError, match=r"^--floor must be from 0 to 1, got 1.5$"):
         check_declared(parser.parse_args(["--floor", "1.5"]), Planted)
+
+
+# ---------------------------------------------------------------- train.py's declared ranges, one row per option
+
+# flags -> the one line train.py stops with; each value reached timm and failed there (a traceback) or trained
+# something no recipe means, before its range was declared
+OUT_OF_RANGE = [
+    (["--sched", "step", "--decay-epochs", "0"], "--decay-epochs must be greater than 0, got 0.0"),
+    (["--recount", "-1", "--reprob", "0.5"], "--recount must be a positive integer, got -1"),
+    (["--recount", "0"], "--recount must be a positive integer, got 0"),
+    (["--opt-eps", "-1"], "--opt-eps must be 0 or more, got -1.0"),
+    (["--opt-betas", "0.9", "1.5"], "--opt-betas takes values from 0 up to (not including) 1, got 0.9 1.5"),
+    (["--decay-rate", "-0.1"], "--decay-rate must be 0 or more, got -0.1"),
+    (["--patience-epochs", "-1"], "--patience-epochs must be 0 or more, got -1"),
+    (["--lr-base-size", "0"], "--lr-base-size must be a positive integer, got 0"),
+    (["--lr-cycle-mul", "0"], "--lr-cycle-mul must be greater than 0, got 0.0"),
+    (["--lr-cycle-decay", "-1"], "--lr-cycle-decay must be 0 or more, got -1.0"),
+    (["--lr-cycle-limit", "0"], "--lr-cycle-limit must be a positive integer, got 0"),
+    (["--lr-k-decay", "-1"], "--lr-k-decay must be greater than 0, got -1.0"),
+    (["--lr-noise-pct", "-1"], "--lr-noise-pct must be 0 or more, got -1.0"),
+    (["--lr-noise-std", "-1"], "--lr-noise-std must be 0 or more, got -1.0"),
+    (["--layer-decay", "0"], "--layer-decay must be greater than 0, got 0.0"),
+    (["--layer-decay-min-scale", "-1"], "--layer-decay-min-scale must be 0 or more, got -1.0"),
+    (["--layer-decay-no-opt-scale", "-1"], "--layer-decay-no-opt-scale must be 0 or more, got -1.0"),
+    (["--bn-momentum", "2"], "--bn-momentum must be from 0 to 1, got 2.0"),
+    (["--bn-eps", "0"], "--bn-eps must be greater than 0, got 0.0"),
+    (["--mixup-off-epoch", "-1"], "--mixup-off-epoch must be 0 or more, got -1"),
+    (["--bce-target-thresh", "2"], "--bce-target-thresh must be from 0 to 1, got 2.0"),
+    (["--bce-pos-weight", "-1"], "--bce-pos-weight must be 0 or more, got -1.0"),
+    (["--start-epoch", "-1"], "--start-epoch must be 0 or more, got -1"),
+    (["--checkpoint-hist", "-1"], "--checkpoint-hist must be 0 or more, got -1"),
+    (["--distill-loss-weight", "-1"], "--distill-loss-weight must be 0 or more, got -1.0"),
+    (["--task-loss-weight", "-1"], "--task-loss-weight must be 0 or more, got -1.0"),
+    (["--threads", "100000"], "--threads must be from 1 to 1024, got 100000"),
+    (["--threads", "0"], "--threads must be from 1 to 1024, got 0"),
+]
+
+# the edges each range still admits (timm's defaults are checked by parsing no flags at all)
+IN_RANGE = [
+    ["--sched", "step", "--decay-epochs", "0.5", "--decay-rate", "0"],
+    ["--recount", "3", "--opt-eps", "0", "--opt-betas", "0", "0.999", "0.99"],
+    ["--patience-epochs", "0", "--lr-cycle-limit", "1", "--lr-cycle-mul", "0.5", "--lr-k-decay", "2"],
+    ["--bn-momentum", "0", "--bn-eps", "1e-5", "--bce-target-thresh", "1", "--start-epoch", "0"],
+    ["--checkpoint-hist", "0", "--threads", "1", "--layer-decay", "0.65"],
+]
+
+# declared numbers of train.py free of a declared range, with why (a new option must take a range or a row here)
+NO_RANGE = {
+    "head_init_scale": "any scale, a negative one flips the classifier's initial weights",
+    "head_init_bias": "any initial bias: a log-prior is negative",
+    "decay_milestones": "epochs in any order: timm sorts them, and one past the last epoch never decays",
+    "lr_noise": "fractions or epochs of the schedule, as timm reads either",
+    "recovery_interval": "its parsing type (values.recovery_interval) refuses what is not N or a time",
+    "dist_timeout": "its parsing type (values.collective_seconds) bounds it",
+}
+
+
+def _train(*argv: str):  # noqa: ANN202 - the Namespace train.py checks
+    from vtools.cli.train_flags import parse
+
+    return parse(["--data-dir", str(REPO / "data" / "fashion-mnist-mini"), *argv])
+
+
+@pytest.mark.parametrize(("argv", "error"), OUT_OF_RANGE, ids=[" ".join(argv) for argv, _ in OUT_OF_RANGE])
+def test_a_value_timm_fails_on_is_refused_in_one_line(argv: list[str], error: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        _train(*argv)
+    assert str(refused.value) == error
+
+
+@pytest.mark.parametrize("argv", [[], *IN_RANGE], ids=["defaults", *(" ".join(argv) for argv in IN_RANGE)])
+def test_every_valid_value_and_timms_defaults_pass(argv: list[str]) -> None:
+    _train(*argv)
+
+
+def test_every_declared_number_has_a_range_or_a_reason() -> None:
+    import typing
+
+    from vtools.options.declare import declared_fields
+    from vtools.options.train_job import job_concerns
+
+    free = set()
+    for concern in job_concerns():
+        hints = typing.get_type_hints(concern)
+        for field, declared in declared_fields(concern):
+            kinds = [kind for kind in typing.get_args(hints[field.name]) if kind is not type(None)]
+            numeric = any(
+                kind in (int, float) or typing.get_origin(kind) is list for kind in kinds or [hints[field.name]]
+            )
+            if numeric and declared.allowed is None:
+                free.add(field.name)
+    assert free == set(NO_RANGE)

@@ -58,10 +58,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         problem = f"{err.reason} (U+{err.character:04X})"
         raise UsageError(f"config {path} is not valid YAML at line {line}: {problem}") from err
     except yaml.MarkedYAMLError as err:  # the scanner's, parser's and constructor's errors, each with its mark
-        raise UsageError(f"config {path} is not valid YAML at line {err.problem_mark.line + 1}: {err.problem}") from err
+        raise UsageError(f"config {path} is not valid YAML at {_error_line(err)}") from err
     if not isinstance(data, dict):
         raise UsageError(f"config {path} must be a mapping of option: value")
     return YamlValues(data, loader.texts)
+
+
+def _error_line(err: yaml.MarkedYAMLError) -> str:
+    """Where a syntax error is, as the editor numbers lines (PyYAML's marks count from 0). An unfinished
+    key, quoted text or bracket is only noticed at the next token, often a line or more later: the line
+    the unfinished part starts on is the one to fix, and the later one is named after it."""
+    noticed = err.problem_mark.line + 1
+    context = err.context or ""
+    if err.context_mark is None or not context.startswith(("while scanning", "while parsing a flow")):
+        return f"line {noticed}: {err.problem}"
+    started = err.context_mark.line + 1
+    later = f", noticed at line {noticed}" if noticed != started else ""
+    return f"line {started}: {err.problem} ({context}{later})"
 
 
 class YamlValues(dict):
@@ -75,6 +88,7 @@ class YamlValues(dict):
 
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
 _NOT_A_NAME = {list: "a list", dict: "a mapping", set: "a set"}  # YAML keys no option can have (`? !!set {a}`)
 
 
@@ -112,7 +126,9 @@ class _StrictLoader(yaml.SafeLoader):
         if not isinstance(node, yaml.MappingNode):  # `!!map [a]`: PyYAML's own refusal, with its line
             return super().construct_mapping(node, deep=deep)
         seen: set[Any] = set()
-        for key_node, value_node in node.value:
+        explicit = [key for key, _ in node.value if key.tag != _MERGE]
+        self.flatten_mapping(node)  # a merge key (`<<: *base`) puts the base's pairs first; later keys win
+        for key_node in explicit:
             key = self.construct_object(key_node, deep=deep)
             what = next((name for kind, name in _NOT_A_NAME.items() if isinstance(key, kind)), None)
             if what:
@@ -120,8 +136,9 @@ class _StrictLoader(yaml.SafeLoader):
             if key in seen:
                 raise UsageError(f"key '{key}' is given twice (line {key_node.start_mark.line + 1})")
             seen.add(key)
-            if node is self._root:
-                self.texts[key] = _scalar_text(value_node)
+        if node is self._root:
+            for key_node, value_node in node.value:  # merged pairs too, each key's last value
+                self.texts[self.construct_object(key_node, deep=deep)] = _scalar_text(value_node)
         return super().construct_mapping(node, deep=deep)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.data_path import check_data_exists
 from vtools.cli.eval_flags import (
     add_eval_model_args,
     add_results_file_and_format,
@@ -98,6 +97,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return check(build_parser().parse_args(argv))
 
 
+def data_source(args: argparse.Namespace) -> str | None:
+    """The images inference.py reads: SOURCE, else --data-dir."""
+    return args.data or args.data_dir
+
+
 def check(args: argparse.Namespace) -> argparse.Namespace:
     """Every check of inference.py's options that reads only them: the command line's and the Python API's."""
     check_values(args)
@@ -109,7 +113,6 @@ def check_inference_args(args: argparse.Namespace) -> None:
     """What to classify, with which model, and how many classes: before any device work."""
     if not (args.data or args.data_dir):
         raise UsageError("give the images to classify (SOURCE or --data-dir)")
-    check_data_exists(args.data or args.data_dir, args.dataset)
     if not args.model:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
     if args.topk < 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.parser import KeyValuePairs
+from vtools.cli.parser import MAX_THREADS, KeyValuePairs
 from vtools.cli.timm_compat import add_no_op, add_refused
 from vtools.options.values import (
     AMP_DTYPE_CHOICES,
@@ -68,8 +68,8 @@ def add_device_choice(group: argparse._ArgumentGroup) -> None:
         "--amp-dtype",
         default="auto",
         choices=AMP_DTYPE_CHOICES,
-        help="autocast dtype: auto = bfloat16 where the device supports it, else float16 "
-        "with a GradScaler (default: auto)",
+        help="autocast dtype: auto = bfloat16 where the device supports it (a CPU: natively, else float32), "
+        "else float16 with a GradScaler (default: auto)",
     )
 
 
@@ -108,8 +108,9 @@ def add_device_args(parser: argparse.ArgumentParser, cpu_fallback: bool = False)
             type=int,
             default=None,
             metavar="N",
-            help="intra-op threads of the main process (default: all its cores on cpu, the cores "
-            "the loader workers leave on an accelerator; OMP_NUM_THREADS when set)",
+            help=f"intra-op threads of the main process, 1 to {MAX_THREADS} (default: OMP_NUM_THREADS when set, "
+            "else the cores this process may use less those other processes keep busy as it starts, and on an "
+            "accelerator less the loader workers' cores too)",
         )
     )
     may_change_on_resume(

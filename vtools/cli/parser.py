@@ -110,6 +110,9 @@ def check_values(args: argparse.Namespace) -> None:
         check_positive(getattr(args, name, None), "--" + name.replace("_", "-"))
     if getattr(args, "workers", None) is not None and args.workers < 0:
         raise UsageError(f"--workers must be 0 (load in the main process) or more, got {args.workers}")
+    check_threads(getattr(args, "threads", None))
+    if (getattr(args, "crop_border_pixels", None) or 0) < 0:
+        raise UsageError(f"--crop-border-pixels must be 0 or more, got {args.crop_border_pixels}")
     if getattr(args, "profile", 0) < 0:
         raise UsageError(f"--profile must be 0 (off) or a number of steps, got {args.profile}")
     input_size = getattr(args, "input_size", None)
@@ -159,6 +162,17 @@ def check_crop_pct(crop_pct: float | None) -> None:
         f"--crop-pct must be above 0 and at most {MAX_CROP_PCT:g}: the crop's share of the resized image's side "
         f"(0.875 keeps the centre 87.5 %, 1 the whole image), got {crop_pct:g}{hint}"
     )
+
+
+# more intra-op threads than any host has cores only slows a run down, and far more cannot be started
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int | None) -> None:
+    """--threads from 1 to :data:`MAX_THREADS`: a pool of 100 000 threads cannot start, and every thread
+    beyond the cores only waits."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"--threads must be from 1 to {MAX_THREADS}, got {threads}")
 
 
 def check_positive(value: int | None, flag: str) -> None:

@@ -4,7 +4,8 @@ without teardown.
 Every entry point (``train.py``, ``validate.py``, ``inference.py``, ``vtools COMMAND``) goes through
 :func:`run_command`. The three scripts' options are parsed and checked by their flags modules in
 vtools/cli/ before torch, timm or the data libraries are imported (a few seconds on a small machine), so
-``--help``, a mistyped flag and every refusal that reads only the command line answer at once; then comes
+``--help``, a mistyped flag, every refusal that reads only the command line and a data path that is not
+there answer at once; then comes
 the guarded ``import torch``, and the command runs with the parsed options. Every failure a user can act on
 ends as one line with the exit code of the table in docs/training.md. This module imports nothing heavy,
 so it works when torch cannot.
@@ -21,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn
 
+from vtools.cli.data_path import check_data_exists
 from vtools.errors import EXIT_RUN_FAILED, RunFailed, UsageError, fail, is_dead_worker
 from vtools.runtime.torch_import import import_torch
 
@@ -39,7 +41,11 @@ def command_main(name: str) -> Callable[[list[str] | None], int | None]:
 
     def main(argv: list[str] | None) -> int | None:
         flags = PARSED_FIRST.get(name)
-        options = importlib.import_module(flags).parse(argv) if flags else None
+        options = None
+        if flags:
+            module = importlib.import_module(flags)
+            options = module.parse(argv)
+            check_data_exists(module.data_source(options), options.dataset)  # a typo said before the imports
         import_torch()
         command = importlib.import_module(f"vtools.commands.{name.replace('-', '_')}")  # avg-checkpoints
         return command.main(argv) if options is None else command.run(options)

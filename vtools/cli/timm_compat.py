@@ -24,7 +24,10 @@ from vtools.errors import UsageError
 # defaults that differ from timm's on purpose (the flag keeps timm's meaning for every value it is given)
 DEFAULT_DEPARTURES: dict[str, str] = {
     "--device": "auto: the available accelerator, else cpu (timm's cuda stops on a machine without one)",
-    "--amp-dtype": "auto: bfloat16 where the device supports it, else float16 with a GradScaler (timm: float16)",
+    "--amp-dtype": (
+        "auto: bfloat16 where the device supports it (a CPU: natively, else float32), else float16 with a "
+        "GradScaler (timm: float16)"
+    ),
     "--channels-last": "auto: on for convolutional models on cpu, cuda and xpu, where it is faster (timm: off)",
     "--workers": "from the cpu budget: the cores the device leaves free, at most 8 (timm: 4, or 2 for inference)",
     "--model": "none: validate.py and inference.py need a model named (timm falls back to dpn92 / resnet50)",

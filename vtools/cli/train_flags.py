@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from vtools.cli.config import add_config_flag, parse_with_config
-from vtools.cli.data_path import check_data_exists
 from vtools.cli.declared import add_declared, check_declared
 from vtools.cli.eval_flags import add_threshold, check_threshold
 from vtools.cli.options import (
@@ -214,6 +213,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return check(parse_with_config(build_parser(), argv))
 
 
+def data_source(args: argparse.Namespace) -> str | None:
+    """The data train.py reads: --data-dir, with DIR folded into it by :func:`check_train_args`."""
+    return args.data_dir
+
+
 def check(args: argparse.Namespace) -> argparse.Namespace:
     """Every check of train.py's options that reads only them: the command line's and the Python API's
     (vtools/api.py), so the two refuse the same values."""
@@ -230,6 +234,7 @@ def check_train_args(args: argparse.Namespace) -> None:
     for key, flag in MODEL_KWARGS_WITH_FLAGS.items():
         if key in args.model_kwargs:
             raise UsageError(f"--model-kwargs {key}: train.py sets it with {flag} (timm's train.py fails on both)")
+    check_opt_kwargs_values(args.opt_kwargs)
     if mixup_requested(args) and args.batch_size % 2:
         raise UsageError(
             f"--mixup/--cutmix pair up the samples of a batch: --batch-size must be even, got {args.batch_size}"
@@ -238,4 +243,14 @@ def check_train_args(args: argparse.Namespace) -> None:
     args.data_dir = args.data_dir or args.data  # one spelling in the saved config
     if not args.data_dir and not args.dataset:
         raise UsageError("give the data folder (DIR, --data-dir or data-dir: in the config)")
-    check_data_exists(args.data_dir, args.dataset)
+
+
+def check_opt_kwargs_values(opt_kwargs: dict) -> None:
+    """An optimizer's keyword arguments are numbers, switches, names or short lists of them (betas): a
+    mapping (YAML's ``a: {b: 1}``) reaches the optimizer's constructor and fails there with a traceback."""
+    for key, value in opt_kwargs.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(item is None or isinstance(item, (bool, int, float, str)) for item in items):
+            raise UsageError(
+                f"--opt-kwargs {key}: takes a number, true/false, a name or a list of numbers, got {value!r}"
+            )

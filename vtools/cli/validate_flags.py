@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.data_path import check_data_exists
 from vtools.cli.eval_flags import (
     add_eval_model_args,
     add_results_file_and_format,
@@ -137,11 +136,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return check(build_parser().parse_args(argv))
 
 
+def data_source(args: argparse.Namespace) -> str | None:
+    """The data validate.py reads: SOURCE, else --data-dir."""
+    return args.data or args.data_dir
+
+
 def check(args: argparse.Namespace) -> argparse.Namespace:
     """Every check of validate.py's options that reads only them: the command line's and the Python API's."""
     check_values(args)
     check_threshold(args)
-    check_data_exists(args.data or args.data_dir, args.dataset)
     if args.report:
         check_report_args(args)
     return args

@@ -12,7 +12,6 @@ tensorboard is optional (requirements-deploy.txt); matplotlib is a core requirem
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better
 from vtools.observe.figures import pyplot, save_png
 from vtools.observe.tracking import step_metrics
 from vtools.optional import optional_module
+from vtools.results import read_number_table
 from vtools.train.loop import LogPoint
 
 EPOCH_SCALARS = {
@@ -72,8 +72,7 @@ def read_summary_rows(run: Path) -> list[dict[str, str]]:
     path = run / "summary.csv" if run.is_dir() else run
     if not path.is_file():
         raise UsageError(f"{run}: no summary.csv (give a run folder of train.py, or its summary.csv)")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_number_table(path, first="epoch")
     if not rows or "epoch" not in rows[0]:
         raise UsageError(f"{path}: not a train.py summary (no epoch rows)")
     return rows

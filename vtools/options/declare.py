@@ -40,6 +40,8 @@ NOT_NEGATIVE = Allowed(lambda v: v >= 0, "must be 0 or more")
 FRACTION = Allowed(lambda v: 0 <= v <= 1, "must be from 0 to 1")
 AUG_REPEATS = Allowed(lambda v: v == 0 or v >= 1, "must be 0 (off) or at least 1")
 DROP_RATE = Allowed(lambda v: 0 <= v < 1, "must be from 0 up to (not including) 1")
+# Adam-style betas (two, or three for Adan): each a moving average's decay, which torch checks in [0, 1)
+BETAS = Allowed(lambda v: all(0 <= beta < 1 for beta in v), "takes values from 0 up to (not including) 1")
 # timm parses one or more numbers for a range; its transforms need exactly two, low then high
 LOW_HIGH = Allowed(lambda v: len(v) == 2 and v[0] <= v[1], "takes two values, low and high")
 

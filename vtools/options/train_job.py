@@ -21,6 +21,7 @@ from vtools.options import values
 from vtools.options.declare import (
     ABOVE_ZERO,
     AUG_REPEATS,
+    BETAS,
     DROP_RATE,
     FRACTION,
     LOW_HIGH,
@@ -111,8 +112,12 @@ class ModelOptions:
     head_init_bias: float | None = option(
         "--head-init-bias", default=None, help="initial value of the classifier's bias"
     )
-    bn_momentum: float | None = option("--bn-momentum", default=None, help="BatchNorm momentum (default: the model's)")
-    bn_eps: float | None = option("--bn-eps", default=None, help="BatchNorm epsilon (default: the model's)")
+    bn_momentum: float | None = option(
+        "--bn-momentum", default=None, allowed=FRACTION, help="BatchNorm momentum (default: the model's)"
+    )
+    bn_eps: float | None = option(
+        "--bn-eps", default=None, allowed=ABOVE_ZERO, help="BatchNorm epsilon (default: the model's)"
+    )
     drop: float = option("--drop", default=0.0, allowed=DROP_RATE, help="dropout rate (default: 0)")
     drop_connect: float | None = option(
         "--drop-connect", default=None, allowed=DROP_RATE, help="old name of --drop-path (used when --drop-path is not)"
@@ -139,20 +144,28 @@ class OptimOptions:
     title: ClassVar[str] = "optimizer, schedule and weight average"  # its group in --help
 
     opt: str = option("--opt", default="sgd", help="timm optimizer name (default: sgd)")
-    opt_eps: float | None = option("--opt-eps", default=None, help="optimizer epsilon (default: the optimizer's)")
+    opt_eps: float | None = option(
+        "--opt-eps", default=None, allowed=NOT_NEGATIVE, help="optimizer epsilon (default: the optimizer's)"
+    )
     opt_betas: list[float] | None = option(
-        "--opt-betas", default=None, nargs="+", help="optimizer betas (default: the optimizer's)"
+        "--opt-betas", default=None, nargs="+", allowed=BETAS, help="optimizer betas (default: the optimizer's)"
     )
     momentum: float = option("--momentum", default=0.9, allowed=FRACTION, help="SGD momentum (default: 0.9)")
     weight_decay: float = option(
         "--weight-decay", default=2e-5, allowed=NOT_NEGATIVE, help="weight decay (default: 2e-5)"
     )
-    layer_decay: float | None = option("--layer-decay", default=None, help="layer-wise lr decay")
+    layer_decay: float | None = option("--layer-decay", default=None, allowed=ABOVE_ZERO, help="layer-wise lr decay")
     layer_decay_min_scale: float = option(
-        "--layer-decay-min-scale", default=0, help="floor of the layer-decay lr scale (default: 0)"
+        "--layer-decay-min-scale",
+        default=0,
+        allowed=NOT_NEGATIVE,
+        help="floor of the layer-decay lr scale (default: 0)",
     )
     layer_decay_no_opt_scale: float | None = option(
-        "--layer-decay-no-opt-scale", default=None, help="layers whose layer-decay scale falls below this are frozen"
+        "--layer-decay-no-opt-scale",
+        default=None,
+        allowed=NOT_NEGATIVE,
+        help="layers whose layer-decay scale falls below this are frozen",
     )
     opt_kwargs: dict[str, Any] = option(
         "--opt-kwargs",
@@ -186,7 +199,7 @@ class OptimOptions:
         "--lr-base", default=0.1, allowed=NOT_NEGATIVE, help="lr for a global batch of --lr-base-size"
     )
     lr_base_size: int = option(
-        "--lr-base-size", default=256, help="global batch size --lr-base is given for (default: 256)"
+        "--lr-base-size", default=256, allowed=POSITIVE, help="global batch size --lr-base is given for (default: 256)"
     )
     lr_base_scale: str = option(
         "--lr-base-scale",
@@ -199,14 +212,18 @@ class OptimOptions:
     )
     min_lr: float = option("--min-lr", default=0.0, allowed=NOT_NEGATIVE, help="floor of the schedule (default: 0)")
     epochs: int = option("--epochs", default=300, resume=True, allowed=POSITIVE, help="epochs to train (default: 300)")
-    decay_epochs: float = option("--decay-epochs", default=90, help="epochs between step decays (default: 90)")
+    decay_epochs: float = option(
+        "--decay-epochs", default=90, allowed=ABOVE_ZERO, help="epochs between step decays (default: 90)"
+    )
     decay_milestones: list[int] = option(
         "--decay-milestones",
         default=[90, 180, 270],
         nargs="+",
         help="epochs at which multistep decays (default: 90 180 270)",
     )
-    decay_rate: float = option("--decay-rate", "--dr", default=0.1, help="lr multiplier at each decay (default: 0.1)")
+    decay_rate: float = option(
+        "--decay-rate", "--dr", default=0.1, allowed=NOT_NEGATIVE, help="lr multiplier at each decay (default: 0.1)"
+    )
     warmup_epochs: int = option(
         "--warmup-epochs", default=5, allowed=NOT_NEGATIVE, help="linear warmup epochs (default: 5)"
     )
@@ -216,7 +233,9 @@ class OptimOptions:
     cooldown_epochs: int = option(
         "--cooldown-epochs", default=0, allowed=NOT_NEGATIVE, help="epochs at --min-lr after the schedule (default: 0)"
     )
-    patience_epochs: int = option("--patience-epochs", default=10, help="plateau schedule patience (default: 10)")
+    patience_epochs: int = option(
+        "--patience-epochs", default=10, allowed=NOT_NEGATIVE, help="plateau schedule patience (default: 10)"
+    )
     lr_noise: list[float] | None = option(
         "--lr-noise",
         default=None,
@@ -224,14 +243,26 @@ class OptimOptions:
         metavar="FRACTION",
         help="add lr noise from (and until) these fractions of the schedule",
     )
-    lr_noise_pct: float = option("--lr-noise-pct", default=0.67, help="lr noise limit (default: 0.67)")
-    lr_noise_std: float = option("--lr-noise-std", default=1.0, help="lr noise std-dev (default: 1)")
-    lr_cycle_mul: float = option(
-        "--lr-cycle-mul", default=1.0, help="cycle length multiplier of cosine/tanh/poly (default: 1)"
+    lr_noise_pct: float = option(
+        "--lr-noise-pct", default=0.67, allowed=NOT_NEGATIVE, help="lr noise limit (default: 0.67)"
     )
-    lr_cycle_decay: float = option("--lr-cycle-decay", default=0.5, help="lr multiplier per cycle (default: 0.5)")
-    lr_cycle_limit: int = option("--lr-cycle-limit", default=1, help="number of cycles (default: 1)")
-    lr_k_decay: float = option("--lr-k-decay", default=1.0, help="k-decay of cosine/poly (default: 1)")
+    lr_noise_std: float = option(
+        "--lr-noise-std", default=1.0, allowed=NOT_NEGATIVE, help="lr noise std-dev (default: 1)"
+    )
+    # timm takes the logarithm to base --lr-cycle-mul and raises t to the power --lr-k-decay: 0 or below fails
+    lr_cycle_mul: float = option(
+        "--lr-cycle-mul",
+        default=1.0,
+        allowed=ABOVE_ZERO,
+        help="cycle length multiplier of cosine/tanh/poly (default: 1)",
+    )
+    lr_cycle_decay: float = option(
+        "--lr-cycle-decay", default=0.5, allowed=NOT_NEGATIVE, help="lr multiplier per cycle (default: 0.5)"
+    )
+    lr_cycle_limit: int = option("--lr-cycle-limit", default=1, allowed=POSITIVE, help="number of cycles (default: 1)")
+    lr_k_decay: float = option(
+        "--lr-k-decay", default=1.0, allowed=ABOVE_ZERO, help="k-decay of cosine/poly (default: 1)"
+    )
     model_ema: bool = option("--model-ema", default=False, help="track an EMA of the weights")
     model_ema_decay: float = option(
         "--model-ema-decay", default=0.9998, allowed=FRACTION, help="EMA decay (default: 0.9998)"
@@ -286,7 +317,9 @@ class AugmentOptions:
     remode: str = option(
         "--remode", default="pixel", choices=("const", "rand", "pixel"), help="random erasing fill (default: pixel)"
     )
-    recount: int = option("--recount", default=1, help="random erasing count (default: 1)")
+    recount: int = option(
+        "--recount", default=1, allowed=POSITIVE, help="most random erasing boxes per image (default: 1)"
+    )
     mixup: float = option("--mixup", default=0.0, allowed=NOT_NEGATIVE, help="mixup alpha")
     cutmix: float = option("--cutmix", default=0.0, allowed=NOT_NEGATIVE, help="cutmix alpha")
     cutmix_minmax: list[float] | None = option(
@@ -311,7 +344,9 @@ class AugmentOptions:
         choices=("batch", "pair", "elem"),
         help="mix per batch, pair or element (default: batch)",
     )
-    mixup_off_epoch: int = option("--mixup-off-epoch", default=0, help="turn mixup off from this epoch (0: never)")
+    mixup_off_epoch: int = option(
+        "--mixup-off-epoch", default=0, allowed=NOT_NEGATIVE, help="turn mixup off from this epoch (0: never)"
+    )
     smoothing: float = option("--smoothing", default=0.1, allowed=DROP_RATE, help="label smoothing")
     bce_loss: bool = option(
         "--bce-loss",
@@ -320,9 +355,11 @@ class AugmentOptions:
     )
     bce_sum: bool = option("--bce-sum", default=False, help="sum the BCE loss over classes")
     bce_target_thresh: float | None = option(
-        "--bce-target-thresh", default=None, help="binarize BCE targets at this threshold"
+        "--bce-target-thresh", default=None, allowed=FRACTION, help="binarize BCE targets at this threshold"
     )
-    bce_pos_weight: float | None = option("--bce-pos-weight", default=None, help="BCE weight of positive targets")
+    bce_pos_weight: float | None = option(
+        "--bce-pos-weight", default=None, allowed=NOT_NEGATIVE, help="BCE weight of positive targets"
+    )
     class_weights: str = option(
         "--class-weights",
         default="",
@@ -371,9 +408,12 @@ class RunOptions:
         default=None,
         metavar="N",
         resume=True,
+        allowed=NOT_NEGATIVE,
         help="epoch to start at (the schedule starts there too); overrides a resumed position",
     )
-    checkpoint_hist: int = option("--checkpoint-hist", default=10, resume=True, help="numbered checkpoints to keep")
+    checkpoint_hist: int = option(
+        "--checkpoint-hist", default=10, resume=True, allowed=NOT_NEGATIVE, help="numbered checkpoints to keep"
+    )
     recovery_interval: int | str = option(
         "--recovery-interval",
         default=0,
@@ -504,10 +544,11 @@ class DistillOptions:
     distill_loss_weight: float | None = option(
         "--distill-loss-weight",
         default=None,
+        allowed=NOT_NEGATIVE,
         help="weight of the distillation loss (default: 1, or 1 - --task-loss-weight when only that is given)",
     )
     task_loss_weight: float | None = option(
-        "--task-loss-weight", default=None, help="weight of the task loss (default: 1)"
+        "--task-loss-weight", default=None, allowed=NOT_NEGATIVE, help="weight of the task loss (default: 1)"
     )
     kd_temperature: float = option(
         "--kd-temperature", default=4.0, allowed=ABOVE_ZERO, help="softmax temperature (default: 4)"

@@ -41,6 +41,7 @@ def build_optimizer(model: torch.nn.Module, optim: OptimOptions, lr: float) -> t
     """timm's optimizer for the flags; its fused step where torch has one for the optimizer and device
     (one pass over the weights instead of one per tensor and operation), unless --opt-kwargs says
     ``fused`` itself (``fused=False``: the per-tensor step, as another device takes it)."""
+    check_opt_kwargs_names(optim.opt, optim.opt_kwargs)
     kwargs = {**optimizer_kwargs(optim), **optim.opt_kwargs}
     kwargs["lr"] = lr
     device = next(model.parameters()).device
@@ -48,6 +49,22 @@ def build_optimizer(model: torch.nn.Module, optim: OptimOptions, lr: float) -> t
     if "fused" not in optim.opt_kwargs and kernel is not None and dev.fused_optimizer(device, kernel):
         kwargs["fused"] = True
     return create_optimizer_v2(model, **kwargs)
+
+
+def check_opt_kwargs_names(name: str, opt_kwargs: dict[str, Any]) -> None:
+    """Refuse an --opt-kwargs name that timm optimizer ``name``'s class does not take, naming those it does:
+    its constructor would fail with a bare TypeError. A class taking ``**kwargs``, or a wrapped name
+    (lookahead_...), is left to timm."""
+    try:
+        parameters = inspect.signature(get_optimizer_info(name).opt_class).parameters
+    except (ValueError, KeyError, TypeError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    taken = [key for key in parameters if key != "params"]
+    unknown = [key for key in opt_kwargs if key not in taken]
+    if unknown:
+        raise UsageError(f"--opt-kwargs {unknown[0]}: --opt {name} does not take it; it takes {', '.join(taken)}")
 
 
 def fused_step(optimizer: torch.optim.Optimizer) -> bool | None:

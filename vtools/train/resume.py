@@ -10,7 +10,6 @@ mixup and erasing draws; instead each rank restores the entry saved for it.
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 import zipfile
@@ -26,7 +25,8 @@ from vtools.errors import UsageError
 from vtools.models.prepare import unwrap
 from vtools.models.weights import check_state_dict_fits
 from vtools.options.train_job import RunOptions
-from vtools.outputs import Output, check_apart, prove_writable
+from vtools.outputs import Output, check_apart, prove_writable, run_folder_of
+from vtools.results import read_number_table
 from vtools.runtime import device as dev
 from vtools.runtime.distributed import DistInfo, broadcast_from_main, gather_objects
 from vtools.train.checkpoint import (
@@ -97,6 +97,12 @@ def check_output(output: Path, experiment: str, data: str | None) -> None:
     it: said in one line before any run folder is chosen or made."""
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output {output} is a file, not a folder")
+    enclosing = run_folder_of(output)
+    if enclosing is not None:  # the run folders of --output would nest inside that run's files
+        raise UsageError(
+            f"--output {output} is inside the run folder {enclosing}: --output is the parent of run folders, "
+            f"which stand side by side (--output {enclosing.parent})"
+        )
     folders = [Output("--output", output, files=())]
     if experiment:
         folders.append(Output(f"--experiment {experiment}:", output / experiment, files=()))
@@ -437,10 +443,9 @@ def read_summary(out_dir: Path, resume_path: Path | None, before_epoch: int) -> 
     if resume_path is None or not path.is_file():
         return []
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            return [row for row in csv.DictReader(handle) if int(row["epoch"]) < before_epoch]
-    except (KeyError, TypeError, ValueError, csv.Error) as err:  # UnicodeDecodeError is a ValueError
+        return [row for row in read_number_table(path, first="epoch") if int(row["epoch"]) < before_epoch]
+    except UsageError as err:
+        problem = str(err).removeprefix(f"{path} ").removeprefix(": ")
         raise UsageError(
-            f"{path} is damaged ({type(err).__name__}: {err}); repair it, or move it away to "
-            "resume without the earlier epochs' rows"
+            f"{path} is damaged ({problem}); repair it, or move it away to resume without the earlier epochs' rows"
         ) from err
