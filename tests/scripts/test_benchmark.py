@@ -166,3 +166,17 @@ def test_every_timm_benchmark_option_parses_with_its_dest_and_default() -> None:
         assert set(option["flags"]) <= set(ours.option_strings) and ours.dest == option["dest"], option
         if option["dest"] not in DEFAULTS_NOT_TIMMS:
             assert ours.default == option["default"], option
+
+
+@pytest.mark.cpu_only(reason="names against timm's optimizer registry; nothing runs")
+def test_an_unknown_optimizer_is_named_whole() -> None:
+    """timm reads only the part after the last underscore (``nonexistent_opt``: "Optimizer opt not found");
+    the refusal names what was given. Its lookahead_ form is timm's and passes."""
+    from vtools.errors import UsageError
+    from vtools.evaluation.speed import check_optimizer
+
+    check_optimizer("lookahead_adamw")
+    check_optimizer("AdamW")
+    for name, words in [("nonexistent_opt", "--opt nonexistent_opt: not"), ("adamx", "did you mean adamax?")]:
+        with pytest.raises(UsageError, match=words):
+            check_optimizer(name)

@@ -70,3 +70,38 @@ def test_validate_over_model_folders_best_first(tmp_path: Path) -> None:
 def test_unusable_input_is_one_line(flags: list[str], words: str, tmp_path: Path) -> None:
     results = ["--results-file", str(tmp_path / "r.csv")]
     assert_usage_error(run_script(["-m", "vtools", "bulk", *results, *flags]), words)
+
+
+@pytest.mark.cpu_only(reason="which planned runs a results file holds; nothing runs")
+def test_a_resumed_run_tells_a_models_sizes_apart() -> None:
+    """A row holds a run only at that run's size and crop (validate's columns, or benchmark's infer_ ones
+    as json numbers): keyed by name alone, the model's second size would never be measured."""
+    from vtools.commands.bulk import still_to_run
+
+    small, large = ["--img-size", "160", "--crop-pct", "0.95"], ["--img-size", "192", "--crop-pct", "1.0"]
+    runs = [("m", small), ("m", large), ("b", ["--img-size", "160"]), ("any", [])]
+    rows = [
+        {"model": "m", "img_size": "160", "crop_pct": "0.95"},
+        {"model": "m", "img_size": "192", "crop_pct": "0.875"},  # another crop: not this run
+        {"model": "b", "infer_img_size": 160},
+        {"model": "any", "top1": "1"},
+    ]
+    assert still_to_run(runs, rows) == [("m", large)]
+
+
+@pytest.mark.cpu_only(reason="the order of result rows; nothing runs")
+def test_any_column_sorts_with_empty_cells_last() -> None:
+    """Numbers best first whether csv text or json numbers, names A to Z, empty or null cells after them,
+    failed rows last: a text column or one cpu leaves empty sorts instead of stopping the run."""
+    from vtools.commands.bulk import ordered
+
+    rows = [
+        {"model": "c", "peak": ""},
+        {"model": "a", "peak": None},
+        {"model": "failed", "error": "boom"},
+        {"model": "b", "peak": 3.5},
+        {"model": "d", "peak": "12"},
+    ]
+    assert [row["model"] for row in ordered(rows, "peak")] == ["d", "b", "c", "a", "failed"]
+    assert [row["model"] for row in ordered(rows, "model")] == ["a", "b", "c", "d", "failed"]
+    assert [row["model"] for row in ordered(rows, "no_such_column")] == ["c", "a", "b", "d", "failed"]

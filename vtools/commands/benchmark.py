@@ -24,7 +24,15 @@ from vtools.cli.parser import KeyValuePairs, OneLineParser
 from vtools.cli.timm_compat import add_refused
 from vtools.cli.typed import typed_options
 from vtools.errors import UsageError
-from vtools.evaluation.speed import BENCH_MODES, PRECISIONS, SpeedOptions, benchmark_model, macs_counter
+from vtools.evaluation.speed import (
+    BENCH_MODES,
+    PRECISIONS,
+    SpeedOptions,
+    benchmark_model,
+    check_optimizer,
+    macs_counter,
+)
+from vtools.options.declare import NOT_NEGATIVE, Allowed
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.options import RuntimeOptions
@@ -40,6 +48,15 @@ NO_RUNTIME_TUNING = {
     "device_kwargs": {},
     "model_dtype": None,
     "workers": 0,
+}
+ONE_OR_MORE = Allowed(lambda v: v >= 1, "must be 1 or more")
+# the values no model can be measured with, refused before any is (the declared ranges' wording)
+RANGES = {
+    "batch_size": ONE_OR_MORE,
+    "num_bench_iter": ONE_OR_MORE,
+    "num_warm_iter": NOT_NEGATIVE,
+    "img_size": ONE_OR_MORE,
+    "input_size": Allowed(lambda v: min(v) >= 1, "takes three sizes of 1 or more"),
 }
 
 
@@ -103,7 +120,7 @@ def model_names(args: argparse.Namespace) -> list[str]:
     if args.model_list:
         listed = Path(args.model_list)
         if listed.is_file():
-            return [line.strip() for line in listed.read_text().splitlines() if line.strip()]
+            return listed_names(listed)
         return _matching(args.model_list, "--model-list")
     if args.model == "all":
         return timm.list_models(pretrained=True, exclude_filters=["*in21k"])
@@ -130,19 +147,9 @@ def speed_options(args: argparse.Namespace, amp_dtype: str | None) -> SpeedOptio
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for flag in ("batch_size", "num_bench_iter"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
-    if args.num_warm_iter < 0:
-        raise UsageError(f"--num-warm-iter must be 0 or more, got {args.num_warm_iter}")
-    if args.bench.startswith("profile") and macs_counter(args.bench) is None:
-        raise UsageError(
-            f"--bench {args.bench} counts MACs with deepspeed or fvcore, neither installed: pip install fvcore"
-        )
+    args = check_args(build_parser().parse_args(argv))
     results = Path(args.results_file) if args.results_file else None
-    listed = Path(args.model_list) if args.model_list and Path(args.model_list).is_file() else None
-    check_outputs([("--model-list", listed)] if listed else [], [Output("--results-file", results)] if results else [])
+    check_list_apart(args.model_list, results)
     names = model_names(args)
     runtime = setup_runtime(typed_options(RuntimeOptions, args, **NO_RUNTIME_TUNING))
     options = speed_options(args, runtime.amp.dtype_name if runtime.amp.enabled else None)
@@ -154,6 +161,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {results}")
     print(f"--result\n{json.dumps(rows if len(rows) > 1 else rows[0], indent=4)}")
     return 0
+
+
+def check_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Every value a measurement would fail on, refused before the first model: a bad size or optimizer
+    is the same mistake for every model, not a row of errors that exits 0."""
+    for name, allowed in RANGES.items():
+        refusal = allowed.refusal(f"--{name.replace('_', '-')}", getattr(args, name))
+        if refusal is not None:
+            raise UsageError(refusal)
+    if args.bench.startswith("profile") and macs_counter(args.bench) is None:
+        raise UsageError(
+            f"--bench {args.bench} counts MACs with deepspeed or fvcore, neither installed: pip install fvcore"
+        )
+    check_optimizer(args.opt)
+    return args
+
+
+def check_list_apart(model_list: str, results: Path | None) -> None:
+    """Refuse a results file that is the --model-list file (it would be written over the names it was
+    read from), or that cannot be written; shared with ``vtools bulk``."""
+    listed = Path(model_list) if model_list and Path(model_list).is_file() else None
+    check_outputs([("--model-list", listed)] if listed else [], [Output("--results-file", results)] if results else [])
+
+
+def listed_names(path: Path) -> list[str]:
+    """The model names of a --model-list file, one a line (blank lines skipped); shared with ``vtools
+    bulk``. A file that is not text, or names nothing, is refused: there would be nothing to run."""
+    try:
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (UnicodeDecodeError, OSError) as err:
+        raise UsageError(f"--model-list {path}: not a text file of model names ({err.__class__.__name__})") from err
+    if not names:
+        raise UsageError(f"--model-list {path} names no model: write one model name a line")
+    return names
 
 
 def _measured(name: str, options: SpeedOptions, device: Any) -> dict[str, Any]:

@@ -4,9 +4,12 @@ own, into one results file (timm's bulk_runner.py).
 timm's flags and model lists: --model-list is a wildcard over timm's names (vit_*), all (with
 --pretrained: the models that have weights), all_in1k or all_res, or a file of names, each then run at
 its pretrained input size and crop (and at its test size where it has one), as timm's runner does. The
-script and its arguments follow; ``--model NAME`` (and the size) is added per model. A model whose run
-fails is a row with its error; the results file is rewritten after each model, and a bulk run started
-again skips the models it already holds a row for (a failed one is tried again).
+script and its arguments follow; ``--model NAME`` (and the size) is added per model. Without --model-list
+every timm model is planned, as in timm, and the count is said first. vtools' validate.py and benchmark
+check their arguments once here (a data path that does not exist stops the bulk run, not each model). A
+model whose run fails is a row with its error; the results file is rewritten after each model, and a bulk
+run started again skips the runs it already holds a row for, by model and input size (a failed one is
+tried again). A results file that is not such a table, or that is the --model-list file, is refused.
 
 Examples:
   vtools bulk --model-list 'resnet1*' --results-file speeds.csv benchmark.py --bench inference
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -28,14 +33,19 @@ from typing import Any
 
 from vtools.cli.parser import OneLineParser
 from vtools.cli.timm_compat import add_no_op
+from vtools.commands.benchmark import check_list_apart, listed_names
 from vtools.errors import UsageError
-from vtools.outputs import Output, check_outputs
+from vtools.options.declare import Allowed
 from vtools.progress import progress
 from vtools.results import write_rows
 
 DEFAULT_RESULTS = "./results.csv"  # timm's
 # the scripts a timm user names, as they run here (timm's benchmark.py is the vtools benchmark command)
-SCRIPTS = {"benchmark.py": ["-m", "vtools", "benchmark"], "benchmark": ["-m", "vtools", "benchmark"]}
+SCRIPTS = {name: ["-m", "vtools", name.removesuffix(".py")] for name in ("benchmark.py", "benchmark", "validate.py")}
+# a sleep of a negative, infinite or NaN time fails only after the first model was measured: refused up front
+DELAY = Allowed(lambda v: math.isfinite(v) and v >= 0, "must be a number of seconds, 0 or more")
+# the row columns that report each per-run flag (benchmark prefixes its sizes with infer_ and train_)
+RUN_COLUMNS = {"--img-size": ("img_size", "infer_img_size", "train_img_size"), "--crop-pct": ("crop_pct",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +98,7 @@ def model_runs(model_list: str, pretrained: bool, crop: bool = True) -> list[tup
     listed = Path(model_list)
     if not listed.is_file():
         raise UsageError(f"--model-list {model_list}: neither all, all_in1k, all_res, a file nor a wildcard of models")
-    names = [line.strip() for line in listed.read_text().splitlines() if line.strip()]
+    names = listed_names(listed)
     return [run for name in names for run in (_sized([name], both_sizes=True, crop=crop) or [(name, [])])]
 
 
@@ -149,34 +159,115 @@ def _is_benchmark(args: argparse.Namespace) -> bool:
 
 
 def ordered(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    """Best first by ``key`` where every measured row has it (timm skips the sort otherwise), then failures."""
+    """Best first by ``key``: numbers highest first, then text from A to Z (a model's name), then rows with
+    no value there (an empty peak memory on cpu), then the failed models: any column sorts, none is lost."""
     measured = [row for row in rows if not row.get("error")]
     failed = [row for row in rows if row.get("error")]  # one pass each: rewritten after every model of a long list
-    if all(key in row for row in measured):
-        measured.sort(key=lambda row: float(row[key]), reverse=True)
-    return measured + failed
+    return sorted(measured, key=lambda row: _rank(row.get(key))) + failed
+
+
+def _rank(value: Any) -> tuple[int, float, str]:
+    number = _number(value)
+    if number is not None:
+        return (0, -number, "")
+    if value is None or str(value).strip().lower() in ("", "nan"):
+        return (2, 0.0, "")
+    return (1, 0.0, str(value))
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite number (a csv cell is text), else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def earlier_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows a bulk run into ``path`` already wrote (none when it does not exist yet)."""
+    """The rows a bulk run into ``path`` already wrote (none when it does not exist yet). A file that is
+    not such a table (no model column, not a list of rows, not text) is refused before any model runs,
+    so that it is never written over."""
     if not path.is_file():
         return []
-    if path.suffix == ".json":
-        return json.loads(path.read_text())
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            rows = json.loads(text) if text.strip() else []
+        else:
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            rows = list(reader)
+            if reader.fieldnames and "model" not in reader.fieldnames:
+                rows = None
+    except (UnicodeDecodeError, json.JSONDecodeError, csv.Error) as err:
+        raise _foreign(path, f"it cannot be read as {path.suffix[1:] or 'csv'}: {err.__class__.__name__}") from err
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and "model" in row for row in rows):
+        raise _foreign(path, "it is not a list of rows with a model column")
+    return rows
+
+
+def _foreign(path: Path, why: str) -> UsageError:
+    return UsageError(
+        f"--results-file {path} is not a results file of vtools bulk ({why}); a bulk run would replace it: "
+        "give a new path, or move the file away"
+    )
+
+
+def still_to_run(runs: list[tuple[str, list[str]]], rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The runs no measured row holds: a row is a run's when its model and every per-run flag (the input
+    size, the crop) match, so a resumed run still measures a model's second size."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_model.setdefault(str(row["model"]), []).append(row)
+    return [(model, extra) for model, extra in runs if not any(_holds(row, extra) for row in by_model.get(model, []))]
+
+
+def _holds(row: dict[str, Any], extra: list[str]) -> bool:
+    for flag, value in zip(extra[::2], extra[1::2]):
+        found = next((_number(row[c]) for c in RUN_COLUMNS.get(flag, ()) if _number(row.get(c)) is not None), None)
+        if found is None or not math.isclose(found, float(value), rel_tol=1e-6):
+            return False
+    return True
+
+
+def check_script_args(args: argparse.Namespace) -> None:
+    """The arguments of vtools' own validate.py or benchmark checked here once, as the script would check
+    them for every model: a data path that does not exist, a size or optimizer no model takes, would
+    otherwise fail each model in turn, each after its own start-up."""
+    script_args = args.script_args[1:] if args.module and args.script == "vtools" else args.script_args
+    try:
+        if _is_validate(args):
+            from vtools.cli.validate_flags import parse
+            from vtools.commands.validate import check_data_first
+
+            check_data_first(parse(script_args))
+        elif _is_benchmark(args):
+            from vtools.commands.benchmark import build_parser, check_args
+
+            check_args(build_parser().parse_args(script_args))
+    except UsageError as err:
+        raise UsageError(f"{args.script}: {err} (so for every model; none was run)") from err
+
+
+def _is_validate(args: argparse.Namespace) -> bool:
+    return Path(args.script).name in ("validate.py", "validate") or args.script_args[:1] == ["validate"]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refusal = DELAY.refusal("--delay", args.delay)
+    if refusal is not None:
+        raise UsageError(refusal)
     base = command(args)
     results = Path(args.results_file or DEFAULT_RESULTS)
     fmt = "json" if results.suffix == ".json" else "csv"
-    check_outputs([], [Output("--results-file", results)])
+    check_list_apart(args.model_list, results)
     runs = model_runs(args.model_list, args.pretrained, crop=not _is_benchmark(args))
+    check_script_args(args)
+    if not args.model_list:
+        print(f"no --model-list: all {len(runs)} timm models, as timm's bulk_runner runs them (--model-list picks)")
     rows = [row for row in earlier_rows(results) if not row.get("error")]
-    done = {row["model"] for row in rows}
-    todo = [(model, extra) for model, extra in runs if model not in done]
+    todo = still_to_run(runs, rows)
     key = sort_key(args)
     print(f"{len(runs)} model run(s), {len(runs) - len(todo)} already in {results}: {' '.join(base)}; sort key {key}")
     with tempfile.TemporaryDirectory(prefix="vtools-bulk-") as folder:

@@ -11,6 +11,7 @@ counted by deepspeed's or fvcore's counter where one is installed.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import time
 from collections.abc import Callable
@@ -242,6 +243,22 @@ def count_macs(setup: Setup, required: bool = False) -> dict[str, Any]:
     flops = FlopCountAnalysis(setup.model, example).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     activations = ActivationCountAnalysis(setup.model, example).unsupported_ops_warnings(False)
     return {"gmacs": round(flops.total() / 1e9, 2), "macts": round(activations.total() / 1e6, 2)}
+
+
+def check_optimizer(name: str) -> None:
+    """Refuse an --opt that timm's optimizer factory would not find, naming it whole: the factory keeps only
+    the text after the last underscore (an optional ``lookahead_`` before it) and so reports ``nonexistent_opt``
+    as ``Optimizer opt not found``, and every model of a list as a failed row."""
+    from timm.optim import list_optimizers
+
+    known = list_optimizers()
+    parts = name.lower().split("_")
+    wrapper_ok = len(parts) == 1 or (len(parts) == 2 and parts[0] == "lookahead")
+    if wrapper_ok and parts[-1] in known:
+        return
+    close = difflib.get_close_matches(name.lower(), known, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise UsageError(f"--opt {name}: not an optimizer timm knows ({hint}timm.optim.list_optimizers() names them)")
 
 
 RUNNERS: dict[str, tuple[tuple[str, Callable[[Setup], dict[str, Any]], bool], ...]] = {
