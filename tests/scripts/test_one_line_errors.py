@@ -1560,7 +1560,7 @@ ROWS = [
     ),
     Row(  # said before the data is read or the model built: neither exists here
         "validate-results-file-under-proc",
-        ["validate.py", "{tmp}/no-data", *NEEDS_DOWNLOAD, "--results-file", "/proc/vtools-r.csv"],
+        ["validate.py", "{custom_images}", *NEEDS_DOWNLOAD, "--results-file", "/proc/vtools-r.csv"],
         2,
         ["--results-file /proc/vtools-r.csv: folder /proc is not writable"],
         env=OFFLINE,
