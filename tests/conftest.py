@@ -33,6 +33,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests.warm_python import WarmPython, can_run_warm  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 EMULATED_NPU_MODULE = "tests.emulated_npu"
 
@@ -188,13 +190,32 @@ def run_script(
     """Run ``python <args>`` (a script, ``-m module`` or ``-c code``) from the repository root and capture its
     output. The environment is this one with PYTHONPATH set to the repository, then ``env`` on top: a value
     of None removes that variable. With ``file_permissions_apply`` the script meets file modes as a user
-    does even where the tests run as root (:func:`as_a_user`)."""
+    does even where the tests run as root (:func:`as_a_user`). A script or ``-m vtools`` runs in a child
+    of this process's warm interpreter where that cannot change its outcome (tests/warm_python.py)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full_env = {key: value for key, value in full_env.items() if value is not None}
+    warm = warm_python()
+    if warm is not None and not file_permissions_apply and can_run_warm(args, full_env, warm.env):
+        return warm.run(args, full_env, cwd or REPO, timeout)
     command = [sys.executable, *args]
     if file_permissions_apply:
         command = as_a_user(command)
     return subprocess.run(command, cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+_WARM: list[WarmPython] = []
+# The warm server's environment: this process's as the suite starts, before any test changes a variable.
+WARM_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def warm_python() -> WarmPython | None:
+    """This test process's warm interpreter (tests/warm_python.py), started on first use; None where
+    ``VTOOLS_TESTS_FRESH_PYTHON=1`` asks for a new interpreter per script, as before it existed."""
+    if os.environ.get("VTOOLS_TESTS_FRESH_PYTHON") == "1":
+        return None
+    if not _WARM:
+        _WARM.append(WarmPython(REPO, WARM_ENV))
+    return _WARM[0]
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # for every run of a weights comparison: thread counts change float sums
