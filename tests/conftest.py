@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.warm_python import WarmPython, can_run_warm  # noqa: E402
+from tests.warm_python import WarmPython  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 EMULATED_NPU_MODULE = "tests.emulated_npu"
@@ -69,8 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the emulated npu before any test runs backward: autograd sizes its per-device work
     queues at its first backward, and a device registered later makes every npu backward in this
     process fail (so in-process npu tests would pass or fail with the order the tests ran in).
-    The markers (cpu_only, npu_only, slow) are declared in pyproject.toml."""
+    The markers (cpu_only, npu_only, slow) are declared in pyproject.toml. Then the environment the warm
+    interpreter starts with is taken (loading the emulator may have put ninja on PATH)."""
     load_emulated_npu()
+    WARM_ENV.update({**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -195,7 +197,7 @@ def run_script(
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full_env = {key: value for key, value in full_env.items() if value is not None}
     warm = warm_python()
-    if warm is not None and not file_permissions_apply and can_run_warm(args, full_env, warm.env):
+    if warm is not None and not file_permissions_apply and warm.can_run(args, full_env):
         return warm.run(args, full_env, cwd or REPO, timeout)
     command = [sys.executable, *args]
     if file_permissions_apply:
@@ -204,8 +206,8 @@ def run_script(
 
 
 _WARM: list[WarmPython] = []
-# The warm server's environment: this process's as the suite starts, before any test changes a variable.
-WARM_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+# The warm server's environment: this process's once the suite is configured, before any test runs.
+WARM_ENV: dict[str, str] = {}
 
 
 def warm_python() -> WarmPython | None:

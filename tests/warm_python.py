@@ -28,21 +28,23 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from types import TracebackType
 
 WARM_IMPORTS = ("torch", "torchvision", "timm")
-# Variables read when vtools runs (not at the imports above): a child may differ from the server in these.
-# pytest names the running test in PYTEST_CURRENT_TEST, which changes with every test and nothing reads.
-RUNTIME_PREFIXES = ("VTOOLS_", "PYTEST_CURRENT_TEST")
+# Native libraries read these when they load (OpenMP, MKL, the loader, the locale, the interpreter itself),
+# out of sight of the record the server keeps of the variables Python code read while importing.
+NATIVE_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_", "LC_", "LANG", "PYTHON", "TORCH", "PYTORCH")
 
 
-def can_run_warm(args: list[str], env: dict[str, str], server_env: dict[str, str]) -> bool:
+def can_run_warm(args: list[str], env: dict[str, str], server_env: dict[str, str], read_at_import: set[str]) -> bool:
     """Whether ``python <args>`` under ``env`` runs the same in a child of a server started under
-    ``server_env``: a script or ``-m vtools``, and no import-time variable changed."""
+    ``server_env`` whose imports read ``read_at_import``: a script or ``-m vtools``, and no variable that
+    the imports (or the native libraries they load) read has changed."""
     is_script = bool(args) and args[0].endswith(".py")
     if not (is_script or args[:2] == ["-m", "vtools"]):
         return False
     changed = {key for key in env.keys() | server_env.keys() if env.get(key) != server_env.get(key)}
-    return all(key.startswith(RUNTIME_PREFIXES) for key in changed)
+    return not any(key in read_at_import or key.startswith(NATIVE_PREFIXES) for key in changed)
 
 
 class WarmPython:
@@ -52,10 +54,19 @@ class WarmPython:
     def __init__(self, repo: Path, env: dict[str, str]) -> None:
         self.repo, self.env = repo, env
         self.server: subprocess.Popen | None = None
+        self.read_at_import: set[str] = set()
         self.lock = threading.Lock()
         self.folder = Path(tempfile.mkdtemp(prefix="warm-python-"))
 
+    def can_run(self, args: list[str], env: dict[str, str]) -> bool:
+        """Whether ``python <args>`` under ``env`` can run in a child of this server (starting it to learn
+        which variables its imports read)."""
+        if self.server is None or self.server.poll() is not None:
+            self._start()
+        return can_run_warm(args, env, self.env, self.read_at_import)
+
     def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+        """``python <args>`` in a child, or in a fresh interpreter while a child of this server still runs."""
         command = [sys.executable, *args]
         if not self.lock.acquire(blocking=False):  # a second script at once (a test's threads): a fresh one
             return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -71,19 +82,26 @@ class WarmPython:
             raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
         return subprocess.CompletedProcess(command, reply["returncode"], stdout, stderr)
 
+    def _start(self) -> None:
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "tests.warm_python", str(self.folder)],
+            cwd=self.repo,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        atexit.register(self.close)
+        self.read_at_import = set(self._reply()["read_at_import"])
+
     def _ask(self, request: dict) -> dict:
         if self.server is None or self.server.poll() is not None:
-            self.server = subprocess.Popen(
-                [sys.executable, "-m", "tests.warm_python", str(self.folder)],
-                cwd=self.repo,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            atexit.register(self.close)
+            self._start()
         self.server.stdin.write(json.dumps(request) + "\n")
         self.server.stdin.flush()
+        return self._reply()
+
+    def _reply(self) -> dict:
         line = self.server.stdout.readline()
         if not line:
             raise RuntimeError(f"the warm Python server ended (exit code {self.server.wait()})")
@@ -102,8 +120,9 @@ def serve(folder: Path) -> None:
     """Import the heavy libraries once, then run one child per request line on stdin, answering on stdout."""
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing the libraries print can break the replies
-    for name in WARM_IMPORTS:
-        __import__(name)
+    read_at_import = _import_recording_reads(WARM_IMPORTS)
+    replies.write(json.dumps({"read_at_import": sorted(read_at_import)}) + "\n")
+    replies.flush()
     for line in sys.stdin:
         request = json.loads(line)
         out, err = (str(folder / f"{os.getpid()}-{name}") for name in ("stdout", "stderr"))
@@ -116,6 +135,30 @@ def serve(folder: Path) -> None:
         replies.write(json.dumps({"returncode": returncode, "timed_out": timed_out, "stdout": out, "stderr": err}))
         replies.write("\n")
         replies.flush()
+
+
+def _import_recording_reads(modules: tuple[str, ...]) -> set[str]:
+    """Import ``modules``, returning the names of the environment variables Python code read meanwhile
+    (``os.environ[...]``, ``in``, ``.get`` and ``os.getenv`` all go through these two methods)."""
+    read: set[str] = set()
+    environ = type(os.environ)
+    plain_getitem, plain_contains = environ.__getitem__, environ.__contains__
+
+    def getitem(self: os._Environ, key: str) -> str:
+        read.add(key)
+        return plain_getitem(self, key)
+
+    def contains(self: os._Environ, key: object) -> bool:
+        read.add(str(key))
+        return plain_contains(self, key)
+
+    environ.__getitem__, environ.__contains__ = getitem, contains
+    try:
+        for name in modules:
+            __import__(name)
+    finally:
+        environ.__getitem__, environ.__contains__ = plain_getitem, plain_contains
+    return read
 
 
 def _wait(pid: int, timeout: float) -> tuple[int, bool]:
@@ -159,15 +202,24 @@ def _child(request: dict, out: str, err: str) -> None:
             runpy.run_module("vtools", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = _exit_code(stop.code)
-    except KeyboardInterrupt:
-        _shut_down()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
+    except BaseException as error:
+        error.__traceback__ = _script_frames(error.__traceback__)  # Python's hook prints the error's own
+        sys.excepthook(type(error), error, error.__traceback__)
+        if isinstance(error, KeyboardInterrupt):  # Python ends by the signal, as the shell expects
+            _shut_down()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         code = 1
     _shut_down()
     os._exit(code)
+
+
+def _script_frames(frames: TracebackType | None) -> TracebackType | None:
+    """A traceback from the script's own first frame on, as a fresh interpreter prints it (without this
+    module's and runpy's frames above it)."""
+    while frames is not None and frames.tb_frame.f_code.co_filename in (_child.__code__.co_filename, "<frozen runpy>"):
+        frames = frames.tb_next
+    return frames
 
 
 def _exit_code(value: object) -> int:
