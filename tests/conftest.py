@@ -197,8 +197,10 @@ def run_script(
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full_env = {key: value for key, value in full_env.items() if value is not None}
     warm = warm_python()
-    if warm is not None and not file_permissions_apply and warm.can_run(args, full_env):
-        return warm.run(args, full_env, cwd or REPO, timeout)
+    if warm is not None and not file_permissions_apply:
+        warm.follow({**os.environ, "PYTHONPATH": str(REPO)})
+        if warm.can_run(args, full_env):
+            return warm.run(args, full_env, cwd or REPO, timeout)
     command = [sys.executable, *args]
     if file_permissions_apply:
         command = as_a_user(command)
@@ -216,7 +218,7 @@ def warm_python() -> WarmPython | None:
     if os.environ.get("VTOOLS_TESTS_FRESH_PYTHON") == "1":
         return None
     if not _WARM:
-        _WARM.append(WarmPython(REPO, WARM_ENV))
+        _WARM.append(WarmPython(REPO, dict(WARM_ENV)))
     return _WARM[0]
 
 

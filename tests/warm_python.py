@@ -58,6 +58,15 @@ class WarmPython:
         self.lock = threading.Lock()
         self.folder = Path(tempfile.mkdtemp(prefix="warm-python-"))
 
+    def follow(self, env: dict[str, str]) -> None:
+        """Take ``env`` as the server's own when it differs in a variable read at import: the test process
+        itself changed (torch sets TORCHINDUCTOR_CACHE_DIR and KMP_* once it has compiled a function), and
+        every later script would otherwise need a fresh interpreter. The next request starts the server."""
+        self.can_run([], env)  # starts the server, which says what its imports read
+        if not can_run_warm(["-m", "vtools"], env, self.env, self.read_at_import):
+            self.close()
+            self.env = dict(env)
+
     def can_run(self, args: list[str], env: dict[str, str]) -> bool:
         """Whether ``python <args>`` under ``env`` can run in a child of this server (starting it to learn
         which variables its imports read)."""
@@ -111,6 +120,7 @@ class WarmPython:
         if self.server is not None and self.server.poll() is None:
             self.server.stdin.close()
             self.server.wait(timeout=30)
+        self.server = None
 
 
 # ---------------------------------------------------------------- the server and its children

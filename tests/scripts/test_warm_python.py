@@ -103,3 +103,16 @@ def test_a_removed_variable_counts_as_a_change() -> None:
     present = {**WARM_ENV, "HF_HOME": "/somewhere"}
     assert not can_run_warm(["train.py"], {k: v for k, v in present.items() if k != "HF_HOME"}, present, {"HF_HOME"})
     assert can_run_warm(["train.py"], {k: v for k, v in present.items() if k != "HF_HOME"}, present, set())
+
+
+def test_the_server_follows_what_the_test_process_changed(warm: WarmPython) -> None:
+    """torch sets TORCHINDUCTOR_CACHE_DIR in the test process once it has compiled: the server restarts under
+    it (once) instead of every later script starting fresh; a variable no import reads leaves it running."""
+    running = warm.server
+    warm.follow({**WARM_ENV, "RANK": "1"})
+    assert warm.server is running and warm.server is not None
+    changed = {**WARM_ENV, "TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor-elsewhere"}
+    warm.follow(changed)
+    assert warm.server is None and warm.env == changed
+    assert warm.can_run(["train.py"], changed) and not warm.can_run(["train.py"], dict(WARM_ENV))
+    warm.follow(dict(WARM_ENV))  # back as the module's other tests expect it
