@@ -42,7 +42,7 @@ ENDINGS = {
 
 @pytest.fixture(scope="module")
 def warm() -> Iterator[WarmPython]:
-    """A server of its own (the suite's may be switched off with VTOOLS_TESTS_FRESH_PYTHON=1)."""
+    """A server of its own (the suite's runs only with VTOOLS_TESTS_WARM_PYTHON=1)."""
     server = WarmPython(REPO, WARM_ENV)
     yield server
     server.close()
