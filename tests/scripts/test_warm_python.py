@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import REPO, WARM_ENV
 from tests.warm_python import WarmPython, can_run_warm
 
-pytestmark = pytest.mark.cpu_only(reason="runs the interpreter itself; no device is involved")
+# slow: the warm server it starts imports torch, torchvision and timm (a process the marker's scan cannot see)
+pytestmark = [pytest.mark.cpu_only(reason="runs the interpreter itself; no device is involved"), pytest.mark.slow]
 
 ENDINGS = {
     "prints-and-returns": "import sys\nprint('out', sys.argv[1:])\nprint('err', file=sys.stderr)\n",
