@@ -192,8 +192,9 @@ def run_script(
     """Run ``python <args>`` (a script, ``-m module`` or ``-c code``) from the repository root and capture its
     output. The environment is this one with PYTHONPATH set to the repository, then ``env`` on top: a value
     of None removes that variable. With ``file_permissions_apply`` the script meets file modes as a user
-    does even where the tests run as root (:func:`as_a_user`). A script or ``-m vtools`` runs in a child
-    of this process's warm interpreter where that cannot change its outcome (tests/warm_python.py)."""
+    does even where the tests run as root (:func:`as_a_user`). With ``VTOOLS_TESTS_WARM_PYTHON=1`` a script
+    or ``-m vtools`` runs in a child of this process's warm interpreter where that cannot change its outcome
+    (tests/warm_python.py)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     full_env = {key: value for key, value in full_env.items() if value is not None}
     warm = warm_python()

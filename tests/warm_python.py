@@ -22,6 +22,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,7 +101,7 @@ class WarmPython:
             stdout=subprocess.PIPE,
             text=True,
         )
-        atexit.register(self.close)
+        atexit.register(self.finish)
         self.read_at_import = set(self._reply()["read_at_import"])
 
     def _ask(self, request: dict) -> dict:
@@ -121,6 +122,11 @@ class WarmPython:
             self.server.stdin.close()
             self.server.wait(timeout=30)
         self.server = None
+
+    def finish(self) -> None:
+        """Stop the server and remove the folder this object made for its children's output."""
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the server and its children

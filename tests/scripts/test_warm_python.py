@@ -46,7 +46,7 @@ def warm() -> Iterator[WarmPython]:
     """A server of its own (the suite's runs only with VTOOLS_TESTS_WARM_PYTHON=1)."""
     server = WarmPython(REPO, WARM_ENV)
     yield server
-    server.close()
+    server.finish()
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
