@@ -8,7 +8,8 @@ from types import ModuleType
 from vtools.errors import UsageError
 
 CORE = "pip install -r requirements.txt"  # a core package that is missing: matplotlib, say
-DEPLOY = "pip install -r requirements-deploy.txt"  # onnx, onnxruntime, tensorboard
+DEPLOY = "pip install -r requirements-deploy.txt"  # onnx, onnxruntime
+TRACK = "pip install -r requirements-track.txt"  # wandb, mlflow, tensorboard
 HF = "pip install -r requirements-hf.txt"  # datasets
 SHARDS = "pip install wids (or pip install -r requirements.txt)"  # tar shards: --dataset wds/...
 

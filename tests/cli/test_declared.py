@@ -12,8 +12,7 @@ import dataclasses
 import pytest
 
 from tests.conftest import REPO
-from vtools.cli.declared import add_declared, check_declared
-from vtools.cli.options import resume_changeable
+from vtools.cli.declared import add_declared, check_declared, resume_changeable
 from vtools.errors import UsageError
 from vtools.options import values
 from vtools.options.declare import FRACTION, POSITIVE, option

@@ -1,17 +1,15 @@
 """The scripts' command lines are read before torch: --help, a typo, a bad YAML key and every refusal that
-reads only the options answer without importing torch, timm, torchvision or the data libraries; each flag
-is added in one place in the source; the flags' torch-free choices name the library's values."""
+reads only the options answer without importing torch, timm, torchvision or the data libraries; the
+flags' torch-free choices name the library's values. (Each flag declared once: tests/rules/test_declared_options.py.)"""
 
 from __future__ import annotations
 
 import argparse
-import ast
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_script
+from tests.conftest import run_script
 
 pytestmark = pytest.mark.cpu_only(reason="parses command lines and reads source files; runs nothing on a device")
 
@@ -76,93 +74,6 @@ def test_the_probe_sees_a_heavy_import() -> None:
     """The check above can fail: with torch imported on the way, the probe names it."""
     returncode, _, imported = probe("train.py", ["--help"], plant="import torch")
     assert returncode == 0 and "torch" in imported
-
-
-# ---------------------------------------------------------------- each flag added once
-
-FLAG = re.compile(r"^--?[A-Za-z][\w-]*$")
-
-# parsers of other programs, whose flags are theirs to name (they reuse vtools/cli/options.py's groups where
-# a flag means what it means in the scripts)
-OTHER_PROGRAMS = {
-    "benchmarks/plain_loop.py": "the plain baseline: a stand-alone loop that shares no vtools code on purpose",
-    "vtools/commands/avg_checkpoints.py": "timm's avg_checkpoints.py's options, by timm's names",
-    "benchmarks/command.py": "python3 -m benchmarks's own options",
-    "vtools/commands/benchmark.py": "timm's benchmark.py's options, by timm's names and defaults",
-    "vtools/commands/bulk.py": "timm's bulk_runner.py's options, by timm's names",
-    "vtools/commands/clean_checkpoint.py": "timm's clean_checkpoint.py's options, by timm's names",
-    "vtools/commands/compare.py": "python -m vtools compare's own options",
-    "vtools/commands/env.py": "python -m vtools env's own options",
-    "vtools/commands/export.py": "python -m vtools export's own options",
-    "vtools/commands/parity.py": "python -m vtools parity's own options",
-    "vtools/commands/plot.py": "python -m vtools plot's own options",
-    "vtools/commands/shards.py": "python -m vtools shards's own options",
-}
-
-
-def _callee(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-
-
-def _adds(node: ast.AST) -> bool:
-    """A call that adds an argument: add_argument, add_refused, add_no_op (not add_argument_group)."""
-    return isinstance(node, ast.Call) and _callee(node).startswith("add") and _callee(node) != "add_argument_group"
-
-
-def _flags_in(node: ast.AST) -> list[ast.Constant]:
-    return [
-        n for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str) and FLAG.match(n.value)
-    ]
-
-
-def flag_definitions(source: str, where: str) -> dict[str, list[str]]:
-    """Flag -> the places (``where:line``) that add it: a flag string passed to a call that adds arguments,
-    or listed in the loop that passes each of its items to one."""
-    found: dict[str, list[str]] = {}
-    for node in ast.walk(ast.parse(source)):
-        if _adds(node):
-            constants = [c for arg in node.args if isinstance(arg, ast.Constant) for c in _flags_in(arg)]
-        elif isinstance(node, ast.For) and any(_adds(n) for stmt in node.body for n in ast.walk(stmt)):
-            constants = _flags_in(node.iter)
-        else:
-            continue
-        for constant in constants:
-            found.setdefault(constant.value, []).append(f"{where}:{constant.lineno}")
-    return found
-
-
-def defined_twice(files: dict[str, str]) -> list[str]:
-    places: dict[str, list[str]] = {}
-    for where, source in files.items():
-        for flag, lines in flag_definitions(source, where).items():
-            places.setdefault(flag, []).extend(lines)
-    return [f"{flag}: {', '.join(lines)}" for flag, lines in sorted(places.items()) if len(lines) > 1]
-
-
-def test_each_flag_is_added_in_one_place() -> None:
-    assert all((REPO / path).is_file() for path in OTHER_PROGRAMS), "a listed program is gone: update the list"
-    files = {
-        path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted((REPO / "vtools").rglob("*.py"))
-        if path.relative_to(REPO).as_posix() not in OTHER_PROGRAMS
-    }
-    twice = defined_twice(files)
-    assert not twice, "flags added in more than one place (share a function that adds them):\n" + "\n".join(twice)
-
-
-def test_the_one_place_rule_catches_a_flag_added_twice() -> None:
-    planted = {
-        "loader.py": 'def add_loader(group):\n    group.add_argument("--on-bad-image", default="error")\n',
-        "train.py": 'def add_train(group):\n    add_no_op(group, "-b", "--on-bad-image", reason="")\n',
-        "refused.py": 'def add_more(group):\n    for flag in ("--pin-mem", "--naflex-loader"):\n'
-        '        add_refused(group, flag, reason="")\n    add_refused(group, "--naflex-loader", reason="")\n',
-    }
-    assert defined_twice(planted) == [
-        "--naflex-loader: refused.py:2, refused.py:4",
-        "--on-bad-image: loader.py:2, train.py:2",
-    ]
-    assert defined_twice({"ok.py": 'def f(p):\n    p.add_argument_group("--x")\n    p.add_argument("--x")\n'}) == []
 
 
 # ---------------------------------------------------------------- torch-free choices, the library's values

@@ -9,9 +9,9 @@ import pytest
 
 from tests.timm_reference import timm_options
 from vtools.cli import train_flags, validate_flags
-from vtools.cli.options import resume_changeable
-from vtools.cli.tracking_flags import MLFLOW_DEFAULT, mlflow_target
+from vtools.cli.declared import resume_changeable
 from vtools.errors import UsageError
+from vtools.options.shared import MLFLOW_DEFAULT, mlflow_target
 
 TRACKER_DESTS = (
     "log_wandb",

@@ -89,15 +89,27 @@ def test_the_job_holds_the_parsed_values() -> None:
 
 
 def test_the_development_guide_quotes_the_code() -> None:
-    """docs/development.md shows a real declaration and its consumer: each quoted block is in the named file."""
+    """docs/development.md shows real declarations, their consumers and a command's parts: each quoted block
+    is in the file the page names for it."""
     import re
 
     from tests.conftest import REPO
 
     guide = (REPO / "docs" / "development.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
-    sources = [REPO / "vtools" / "options" / "train_job.py", REPO / "vtools" / "train" / "early_stop.py"]
+    sources = [
+        REPO / "vtools" / name
+        for name in (
+            "options/train_job.py",
+            "train/early_stop.py",
+            "options/shared.py",
+            "cli/benchmark_flags.py",
+            "commands/plot.py",
+        )
+    ]
     assert len(blocks) == len(sources)
     for block, source in zip(blocks, sources, strict=True):
         assert block in source.read_text(), f"docs/development.md quotes code that {source.name} no longer has"
     assert "job.run.early_stop_min_delta" in (REPO / "vtools" / "train" / "run.py").read_text()
+    registry_line = re.search(r"`(Command\(\"plot\".*?\))`", guide).group(1)
+    assert registry_line in (REPO / "vtools" / "cli" / "registry.py").read_text()

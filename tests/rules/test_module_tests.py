@@ -26,6 +26,7 @@ TESTED_ELSEWHERE = {
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
     "vtools/options/values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",
+    "vtools/cli/benchmark_flags.py": "tests/options/test_benchmark.py, test_shared.py; tests/scripts/test_benchmark.py",
     "vtools/cli/infer_flags.py": "inference.py's flags: tests/cli/test_eval_flags.py against timm's objects",
     "vtools/cli/options.py": "the shared flags: tests/cli/test_timm_compat.py compares them with timm's option list",
     "vtools/cli/parser.py": "one-line argparse errors: tests/scripts/test_one_line_errors.py",

@@ -138,10 +138,10 @@ def test_only_the_command_edge_imports_the_argument_parsing() -> None:
 
 
 def test_every_command_is_a_module_named_as_the_command() -> None:
-    from vtools.__main__ import COMMANDS
+    from vtools.cli.registry import COMMANDS
 
     modules = {path.stem for path in (REPO / "vtools" / "commands").glob("*.py")} - {"__init__"}
-    assert modules == {command.replace("-", "_") for command in COMMANDS}
+    assert modules == {known.module.rsplit(".", 1)[1] for known in COMMANDS}
 
 
 PROBE = """

@@ -179,15 +179,16 @@ def _parse(command: str, argv: list[str]) -> bool:
             argv = argv[: index - 1] + argv[index + 1 :]
         parse_with_config(build_parser(), argv)
         return True
-    from vtools.__main__ import COMMANDS
+    from vtools.cli import registry
 
-    if command != "benchmarks" and command not in COMMANDS:
+    if command == "benchmarks":
+        importlib.import_module("benchmarks.command").build_parser().parse_args(argv)
+        return True
+    try:
+        parser = registry.build_parser(command)
+    except KeyError:
         return False
-    module = "benchmarks.command" if command == "benchmarks" else f"vtools.commands.{command.replace('-', '_')}"
-    build_parser = getattr(importlib.import_module(module), "build_parser", None)
-    if build_parser is None:  # env, shards, plot: no parser to call without running them
-        return False
-    build_parser().parse_args(argv)
+    parser.parse_args(argv)
     return True
 
 

@@ -137,6 +137,7 @@ def test_out_of_memory_retries_smaller_batches_unless_no_retry() -> None:
         ),
         (["--torchscript"], "--torchscript"),
         (["--num-bench-iter", "0"], "--num-bench-iter must be 1 or more, got 0"),
+        (["--drop", "1.5"], "--drop must be from 0 up to (not including) 1, got 1.5"),  # train.py's declaration
         (["--model-list", "zz_nothing*"], "--model-list zz_nothing*: neither a file nor a wildcard"),
         (["--bench", "fast"], "--bench"),
     ],
@@ -156,7 +157,7 @@ DEFAULTS_NOT_TIMMS = {
 def test_every_timm_benchmark_option_parses_with_its_dest_and_default() -> None:
     """All 40 options of timm's benchmark.py, read out of timm's script (tests/data/timm_options.json)."""
     from tests.timm_reference import timm_options
-    from vtools.commands.benchmark import build_parser
+    from vtools.cli.benchmark_flags import build_parser
 
     parser = build_parser()
     options = timm_options("benchmark.py")

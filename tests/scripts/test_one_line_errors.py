@@ -1286,7 +1286,7 @@ ROWS = [
         "train-missing-tensorboard-names-the-install",
         train_args(Path("{fashion4}"), Path("{tmp}"), "run", "--device", "cpu", "--epochs", "1", "--log-tensorboard"),
         2,
-        ["--log-tensorboard needs the package tensorboard", "requirements-deploy.txt"],
+        ["--log-tensorboard needs the package tensorboard", "requirements-track.txt"],
         files={"shadow/tensorboard/__init__.py": "raise ImportError('No module named tensorboard')\n"},
         env={"PYTHONPATH": f"{{tmp}}/shadow{os.pathsep}{{repo}}"},
         checks=(_absent("run"),),

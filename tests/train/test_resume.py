@@ -18,7 +18,7 @@ import torch
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
 from tests.cli.test_tracking_flags import TRACKER_DESTS
-from vtools.cli.options import resume_changeable
+from vtools.cli.declared import resume_changeable
 from vtools.cli.train_flags import build_parser
 from vtools.cli.typed import typed_options
 from vtools.data.loaders import Batch

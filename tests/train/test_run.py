@@ -154,7 +154,7 @@ def test_an_elastic_restart_on_fewer_processes_keeps_the_global_batch_by_accumul
     keep the global batch of 16, recorded in the options checkpoints store, said in one line; where no
     whole number keeps it (3 processes), the new global batch is said; outside torchrun's agent, or
     without --resume auto, nothing changes (the resume check then compares as ever)."""
-    from vtools.cli.options import resume_changeable
+    from vtools.cli.declared import resume_changeable
     from vtools.cli.train_flags import build_parser
     from vtools.cli.typed import typed_options
     from vtools.options.train_job import TrainJob

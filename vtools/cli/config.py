@@ -25,8 +25,10 @@ from typing import Any
 
 import yaml
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import closest_name
 from vtools.errors import UsageError
+from vtools.options.shared import RunFileFlags
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -298,7 +300,7 @@ def resolve_options(
 
 def add_config_flag(parser: argparse.ArgumentParser) -> None:
     """``-c/--config``: the YAML run file that :func:`parse_with_config` reads first."""
-    parser.add_argument("-c", "--config", default="", metavar="FILE", help="YAML file of options (keys = flag names)")
+    add_declared(parser, RunFileFlags)
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from vtools.cli.eval_flags import (
-    add_eval_model_args,
-    add_results_file_and_format,
-    add_split,
-    add_threshold,
-    check_threshold,
-)
+from vtools.cli.declared import add_declared
+from vtools.cli.eval_flags import add_eval_model_args, add_split, add_threshold
 from vtools.cli.options import (
     add_data_source_args,
     add_dataset_args,
@@ -21,7 +16,7 @@ from vtools.cli.options import (
 )
 from vtools.cli.parser import OneLineParser, check_values
 from vtools.errors import UsageError
-from vtools.options.values import LABEL_TYPE_CHOICES
+from vtools.options.evaluation import InferFlags
 
 DESCRIPTION = """Top-k predictions of a timm model for a folder, glob, list file or single image, on any device.
 
@@ -42,52 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_preprocess_args(parser)
     add_loader_args(parser, batch_size=256)
     add_device_args(parser)
-    group = parser.add_argument_group("output")
-    group.add_argument(
-        "--topk", type=int, default=1, metavar="K", help="classes per image; 0 = every class (default: 1)"
-    )
-    group.add_argument(
-        "--output-type",
-        default="prob",
-        choices=("prob", "logit"),
-        help="softmax probabilities or raw logits (default: prob)",
-    )
-    group.add_argument(
-        "--label-type",
-        default="description",
-        choices=LABEL_TYPE_CHOICES,
-        help="labels to print: ImageNet synset name, description or detailed description for "
-        "ImageNet models, the stored class names otherwise (default: description)",
-    )
-    group.add_argument("--include-index", action="store_true", default=False, help="include class indices")
-    group.add_argument("--fullname", action="store_true", default=False, help="full paths instead of file names")
-    group.add_argument(
-        "--results-dir", default=None, metavar="DIR", help="folder for results files (default: the current folder)"
-    )
-    add_results_file_and_format(group, "inference")
-    group.add_argument(
-        "--no-console-results", action="store_true", default=False, help="do not print the results table"
-    )
-    group.add_argument(
-        "--results-separate-col",
-        action="store_true",
-        default=False,
-        help="one column per rank (index_0, label_0, prob_0, ...) instead of a list per column, when K > 1",
-    )
-    group.add_argument(
-        "--filename-col", default="filename", metavar="NAME", help="file name column (default: filename)"
-    )
-    group.add_argument("--index-col", default="index", metavar="NAME", help="class index column(s) (default: index)")
-    group.add_argument("--label-col", default="label", metavar="NAME", help="label column(s) (default: label)")
-    group.add_argument(
-        "--output-col", default=None, metavar="NAME", help="score column(s) (default: the --output-type, prob or logit)"
-    )
-    group.add_argument(
-        "--exclude-output",
-        action="store_true",
-        default=False,
-        help="leave the scores out: only indices and labels (needs --topk 1 or more)",
-    )
+    group = parser.add_argument_group(InferFlags.title)
+    add_declared(group, InferFlags)
     add_threshold(group, "each image lists every such class, with its probability, instead of the top-k")
     return parser
 
@@ -115,8 +66,5 @@ def check_inference_args(args: argparse.Namespace) -> None:
         raise UsageError("give the images to classify (SOURCE or --data-dir)")
     if not args.model:
         raise UsageError("--model is required (a timm name, hf-hub:..., or a model folder)")
-    if args.topk < 0:
-        raise UsageError(f"--topk must be 0 (every class) or positive, got {args.topk}")
-    check_threshold(args)
     if args.exclude_output and args.topk == 0:
         raise UsageError("--exclude-output leaves only the top-k indices and labels: it needs --topk 1 or more")

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from vtools.cli.timm_compat import check_refused
 from vtools.errors import UsageError
+from vtools.options.declare import DECLARATION
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -21,6 +22,7 @@ class OneLineParser(argparse.ArgumentParser):
         """Parse, then stop in one line on a timm flag that only its default may take here."""
         parsed = super().parse_args(args, namespace)
         check_refused(self, parsed)
+        check_ranges(self, parsed)
         return parsed
 
     def error(self, message: str) -> NoReturn:
@@ -99,27 +101,26 @@ def _near(text: str, word: str) -> bool:
     return len(text) + len(word) - 2 * matched <= 2
 
 
-def check_values(args: argparse.Namespace) -> None:
-    """Values argparse's types let through but no run can use: checked before any device or model work,
-    for flags and YAML keys alike."""
-    for name, value in vars(args).items():
+def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop in one line at the first number that is not finite, or value outside its flag's declared range
+    (vtools/options/declare.py), whether a flag, a YAML key or a Python API keyword gave it."""
+    for action in parser._actions:
+        declared = getattr(action, DECLARATION, None)
+        if declared is None:
+            continue
+        value = getattr(args, action.dest, None)
         values = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    for name in ("batch_size", "img_size", "in_chans", "num_classes"):
-        check_positive(getattr(args, name, None), "--" + name.replace("_", "-"))
-    if getattr(args, "workers", None) is not None and args.workers < 0:
-        raise UsageError(f"--workers must be 0 (load in the main process) or more, got {args.workers}")
-    check_threads(getattr(args, "threads", None))
-    if (getattr(args, "crop_border_pixels", None) or 0) < 0:
-        raise UsageError(f"--crop-border-pixels must be 0 or more, got {args.crop_border_pixels}")
-    if getattr(args, "profile", 0) < 0:
-        raise UsageError(f"--profile must be 0 (off) or a number of steps, got {args.profile}")
+            raise UsageError(f"{declared.flags[0]} must be a finite number, got {value}")
+        refusal = declared.allowed.refusal(declared.flags[0], value) if declared.allowed is not None else None
+        if refusal is not None:
+            raise UsageError(refusal)
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """The rules no single flag's range can say, checked before any device or model work, for flags and
+    YAML keys alike: the flags that describe the input agree with each other."""
     input_size = getattr(args, "input_size", None)
-    if input_size is not None and min(input_size) <= 0:
-        raise UsageError(
-            f"--input-size needs three positive numbers (channels height width), got {' '.join(map(str, input_size))}"
-        )
     in_chans = getattr(args, "in_chans", None)
     if input_size is not None and in_chans is not None and input_size[0] != in_chans:
         raise UsageError(
@@ -135,49 +136,12 @@ def check_values(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--{name} needs one value per input channel ({channels or 3}) or a single value, got {len(values)}"
             )
-    if getattr(args, "std", None) is not None and min(abs(v) for v in args.std) == 0:
-        raise UsageError("--std must not be 0: normalization divides by it")
-    check_crop_pct(getattr(args, "crop_pct", None))
     model_dtype = getattr(args, "model_dtype", None)
     if getattr(args, "amp", False) and model_dtype not in (None, "float32"):
         raise UsageError(
             f"--amp with --model-dtype {model_dtype}: autocast runs in lower precision over float32 weights, and "
             "--model-dtype casts the weights themselves; use one of them (timm refuses the pair as well)"
         )
-
-
-# timm's own pretrained configs go up to 1.15 (VOLO at 448 px: a thin border around the whole image)
-MAX_CROP_PCT = 2.0
-
-
-def check_crop_pct(crop_pct: float | None) -> None:
-    """--crop-pct is the crop's side over the resized image's side: timm resizes to input size / crop_pct and
-    cuts the centre. 0 is no size at all (timm silently takes its default 0.875 instead); above 1 the image
-    is smaller than the crop and the rest is border; above 2 the image would fill less than a quarter of the
-    input, which no recipe means (50 is a percentage: 0.5)."""
-    if crop_pct is None or 0 < crop_pct <= MAX_CROP_PCT:
-        return
-    hint = f" (a percentage? {crop_pct:g} % is {crop_pct / 100:g})" if 10 <= crop_pct <= 100 else ""
-    raise UsageError(
-        f"--crop-pct must be above 0 and at most {MAX_CROP_PCT:g}: the crop's share of the resized image's side "
-        f"(0.875 keeps the centre 87.5 %, 1 the whole image), got {crop_pct:g}{hint}"
-    )
-
-
-# more intra-op threads than any host has cores only slows a run down, and far more cannot be started
-MAX_THREADS = 1024
-
-
-def check_threads(threads: int | None) -> None:
-    """--threads from 1 to :data:`MAX_THREADS`: a pool of 100 000 threads cannot start, and every thread
-    beyond the cores only waits."""
-    if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise UsageError(f"--threads must be from 1 to {MAX_THREADS}, got {threads}")
-
-
-def check_positive(value: int | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise UsageError(f"{flag} must be a positive integer, got {value}")
 
 
 class KeyValuePairs(argparse.Action):

@@ -2,13 +2,12 @@
 without teardown.
 
 Every entry point (``train.py``, ``validate.py``, ``inference.py``, ``vtools COMMAND``) goes through
-:func:`run_command`. The three scripts' options are parsed and checked by their flags modules in
-vtools/cli/ before torch, timm or the data libraries are imported (a few seconds on a small machine), so
-``--help``, a mistyped flag, every refusal that reads only the command line and a data path that is not
-there answer at once; then comes
-the guarded ``import torch``, and the command runs with the parsed options. Every failure a user can act on
-ends as one line with the exit code of the table in docs/training.md. This module imports nothing heavy,
-so it works when torch cannot.
+:func:`run_command`. A command the registry (vtools/cli/registry.py) gives a flags module has its options
+parsed and checked there before torch, timm or the data libraries are imported (a few seconds on a small
+machine), so ``--help``, a mistyped flag, every refusal that reads only the command line and a data path
+that is not there answer at once; then comes the guarded ``import torch``, and the command runs with the
+parsed options. Every failure a user can act on ends as one line with the exit code of the table in
+docs/training.md. This module imports nothing heavy, so it works when torch cannot.
 """
 
 from __future__ import annotations
@@ -23,16 +22,9 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from vtools.cli.data_path import check_data_exists
+from vtools.cli.registry import command
 from vtools.errors import EXIT_RUN_FAILED, RunFailed, UsageError, fail, is_dead_worker
 from vtools.runtime.torch_import import import_torch
-
-# command -> the torch-free module in vtools/cli whose parse(argv) gives its checked options; the command
-# module's run(options) takes them. The other commands parse in their own main(argv), after the torch import.
-PARSED_FIRST = {
-    "train": "vtools.cli.train_flags",
-    "validate": "vtools.cli.validate_flags",
-    "infer": "vtools.cli.infer_flags",
-}
 
 
 def command_main(name: str) -> Callable[[list[str] | None], int | None]:
@@ -40,15 +32,16 @@ def command_main(name: str) -> Callable[[list[str] | None], int | None]:
     be without torch, then torch imported safely, then the command run."""
 
     def main(argv: list[str] | None) -> int | None:
-        flags = PARSED_FIRST.get(name)
+        found = command(name)
         options = None
-        if flags:
-            module = importlib.import_module(flags)
+        if found.flags:
+            module = importlib.import_module(found.flags)
             options = module.parse(argv)
-            check_data_exists(module.data_source(options), options.dataset)  # a typo said before the imports
+            if hasattr(module, "data_source"):  # a typo in a data path said before the imports
+                check_data_exists(module.data_source(options), options.dataset)
         import_torch()
-        command = importlib.import_module(f"vtools.commands.{name.replace('-', '_')}")  # avg-checkpoints
-        return command.main(argv) if options is None else command.run(options)
+        code = importlib.import_module(found.module)
+        return code.main(argv) if options is None else code.run(options)
 
     return main
 

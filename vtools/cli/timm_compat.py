@@ -38,21 +38,17 @@ _NO_OP = "vtools_no_op"
 _TIMM_DEFAULT = "vtools_timm_default"  # kept apart from action.default, which a YAML file's -c values replace
 
 
-def add_refused(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
-    """A timm flag that only its default value may take here; ``reason`` says why and what to use instead."""
-    action = group.add_argument(*flags, help=argparse.SUPPRESS, **spec)
+def mark_refused(action: argparse.Action, reason: str) -> argparse.Action:
+    """Make a flag one that only its (timm's) default may take here, hidden from ``--help``; ``reason`` says
+    why and what to use instead."""
+    action.help = argparse.SUPPRESS
     setattr(action, _REFUSAL, reason)
     setattr(action, _TIMM_DEFAULT, action.default)
     return action
 
 
-def add_no_op(group: Any, *flags: str, reason: str, **spec: Any) -> argparse.Action:
-    """A timm flag whose every value gives the same results here; ``reason`` says why."""
-    return mark_no_op(group.add_argument(*flags, **spec), reason)
-
-
 def mark_no_op(action: argparse.Action, reason: str) -> argparse.Action:
-    """Make a flag a no-op (hidden from ``--help``) in one script, where another script acts on it."""
+    """Make a flag a no-op, hidden from ``--help``: every value gives the same results here (``reason``)."""
     action.help = argparse.SUPPRESS
     setattr(action, _NO_OP, reason)
     return action

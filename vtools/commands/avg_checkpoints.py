@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from vtools.atomic import atomic_copy, shared_file_mode
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
@@ -41,35 +42,24 @@ from vtools.models.checkpoint_weights import (
     sha256_of,
     write_weights,
 )
+from vtools.options.tools import DEFAULT_AVERAGED, CheckpointToolFlags
 from vtools.outputs import Output, check_outputs
 from vtools.run_ledger import LOCK_NAME, read_ledger
 
-DEFAULT_OUTPUT = "./averaged.pth"  # timm's, and ./averaged.safetensors with --safetensors
+DEFAULT_OUTPUT = DEFAULT_AVERAGED  # timm's, and ./averaged.safetensors with --safetensors
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vtools avg-checkpoints", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--input", default="", metavar="PATH", help="folder holding the checkpoints (default: .)")
-    parser.add_argument("--filter", default="*.pth.tar", metavar="WILDCARD", help="(default: *.pth.tar)")
-    parser.add_argument(
-        "--output", default=DEFAULT_OUTPUT, metavar="PATH", help=f"the averaged state dict (default: {DEFAULT_OUTPUT})"
-    )
-    parser.add_argument("--no-use-ema", action="store_true", help="the plain weights even where EMA weights exist")
-    parser.add_argument("--no-sort", action="store_true", help="average every match, not the best -n by metric")
-    parser.add_argument("-n", type=int, default=10, metavar="N", help="checkpoints to average (default: 10)")
-    parser.add_argument("--safetensors", action="store_true", help="write safetensors instead of torch.save")
-    parser.add_argument(
-        "--model-folder", default="", metavar="DIR", help="also write a new model folder (needs the run's model/)"
-    )
+    names = ("input", "filter", "output", "no_use_ema", "no_sort", "n", "safetensors", "model_folder")
+    add_declared(parser, CheckpointToolFlags, only=names)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.n < 1:
-        raise UsageError(f"-n must be 1 or more, got {args.n}")
     output = output_path(args.output, args.safetensors)
     folder = Path(args.input or ".")
     candidates = run_checkpoints(folder, args.filter)

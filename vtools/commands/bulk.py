@@ -31,19 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
-from vtools.cli.timm_compat import add_no_op
 from vtools.commands.benchmark import check_list_apart, listed_names
 from vtools.errors import UsageError
-from vtools.options.declare import Allowed
+from vtools.options.tools import DEFAULT_BULK_RESULTS, BulkFlags
 from vtools.progress import progress
 from vtools.results import write_rows
 
-DEFAULT_RESULTS = "./results.csv"  # timm's
+DEFAULT_RESULTS = DEFAULT_BULK_RESULTS
 # the scripts a timm user names, as they run here (timm's benchmark.py is the vtools benchmark command)
 SCRIPTS = {name: ["-m", "vtools", name.removesuffix(".py")] for name in ("benchmark.py", "benchmark", "validate.py")}
-# a sleep of a negative, infinite or NaN time fails only after the first model was measured: refused up front
-DELAY = Allowed(lambda v: math.isfinite(v) and v >= 0, "must be a number of seconds, 0 or more")
 # the row columns that report each per-run flag (benchmark prefixes its sizes with infer_ and train_)
 RUN_COLUMNS = {"--img-size": ("img_size", "infer_img_size", "train_img_size"), "--crop-pct": ("crop_pct",)}
 
@@ -52,22 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vtools bulk", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model-list", default="", metavar="NAME", help="a wildcard, all, all_in1k, all_res or a file")
-    parser.add_argument("--results-file", default="", metavar="PATH", help=f"(default: {DEFAULT_RESULTS})")
-    parser.add_argument("--sort-key", default="", metavar="COL", help="(default: the script's speed, or top1)")
-    parser.add_argument("--pretrained", action="store_true", help="--model-list all: models with weights only")
-    parser.add_argument("--delay", type=float, default=0, metavar="S", help="seconds between models (default: 0)")
-    add_no_op(
-        parser,
-        "--start_method",
-        default="spawn",
-        choices=("spawn", "fork", "forkserver"),
-        reason="each model runs in a new process started by the shell's rules (as in timm, where it is unused)",
-    )
-    parser.add_argument("--no_python", action="store_true", help="run the script as a program, not with python")
-    parser.add_argument("-m", "--module", action="store_true", help="the script is a module (python -m)")
-    parser.add_argument("script", help="validate.py, benchmark.py (vtools benchmark) or another script")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    add_declared(parser, BulkFlags)
     return parser
 
 
@@ -242,9 +225,10 @@ def check_script_args(args: argparse.Namespace) -> None:
 
             check_data_first(parse(script_args))
         elif _is_benchmark(args):
-            from vtools.commands.benchmark import build_parser, check_args
+            from vtools.cli.benchmark_flags import parse as parse_benchmark
+            from vtools.commands.benchmark import check_args
 
-            check_args(build_parser().parse_args(script_args))
+            check_args(parse_benchmark(script_args))
     except UsageError as err:
         raise UsageError(f"{args.script}: {err} (so for every model; none was run)") from err
 
@@ -255,9 +239,6 @@ def _is_validate(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    refusal = DELAY.refusal("--delay", args.delay)
-    if refusal is not None:
-        raise UsageError(refusal)
     base = command(args)
     results = Path(args.results_file or DEFAULT_RESULTS)
     fmt = "json" if results.suffix == ".json" else "csv"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
@@ -32,6 +33,8 @@ from vtools.models.checkpoint_weights import (
     without_aux_bn,
     write_weights,
 )
+from vtools.options.shared import ModelFlags
+from vtools.options.tools import CheckpointToolFlags
 from vtools.outputs import Output, check_outputs
 
 
@@ -39,12 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vtools clean-checkpoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--checkpoint", default="", metavar="PATH", help="the training checkpoint to clean")
-    parser.add_argument("--output", default="", metavar="PATH", help="name (and folder) of the cleaned file")
-    parser.add_argument("--no-use-ema", action="store_true", help="the plain weights even where EMA weights exist")
-    parser.add_argument("--no-hash", action="store_true", help="no SHA-256 digits in the file name")
-    parser.add_argument("--clean-aux-bn", action="store_true", help="drop split-BN training's aux_bn layers")
-    parser.add_argument("--safetensors", action="store_true", help="write safetensors instead of torch.save")
+    add_declared(
+        parser, ModelFlags, only=("checkpoint",), changes={"checkpoint": {"help": "the training checkpoint to clean"}}
+    )
+    changes = {"output": {"default": "", "help": "name (and folder) of the cleaned file"}}
+    add_declared(
+        parser,
+        CheckpointToolFlags,
+        only=("output", "no_use_ema", "no_hash", "clean_aux_bn", "safetensors"),
+        changes=changes,
+    )
     return parser
 
 

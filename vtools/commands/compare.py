@@ -15,6 +15,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.evaluation.report_compare import (
@@ -25,24 +26,16 @@ from vtools.evaluation.report_compare import (
     report_inputs,
     report_kind,
 )
+from vtools.options.tools import CompareFlags
 from vtools.outputs import Output, check_outputs
-from vtools.results import RESULT_FORMATS, format_table, write_rows
+from vtools.results import format_table, write_rows
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vtools compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "reports", nargs="+", metavar="REPORT", help="validate.py --report folders or train.py run folders"
-    )
-    parser.add_argument(
-        "--top", type=int, default=5, metavar="N", help="classes listed as most improved / most worsened (default: 5)"
-    )
-    parser.add_argument(
-        "--output", "-o", default="", metavar="PATH", help="write the per-class comparison here (one row per class)"
-    )
-    parser.add_argument("--format", default="csv", choices=RESULT_FORMATS, help="of --output (default: csv)")
+    add_declared(parser, CompareFlags)
     return parser
 
 
@@ -50,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if len(args.reports) < 2:
         raise UsageError("give two or more reports to compare (the first is the reference)")
-    if args.top < 0:
-        raise UsageError(f"--top must be 0 or more, got {args.top}")
     if args.output:
         check_outputs(report_inputs(args.reports), [Output("--output", Path(args.output))])
     reports = load_reports(args.reports)

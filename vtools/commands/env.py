@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import sys
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError, fail
 from vtools.observe.env_report import collect, format_report
+from vtools.options.shared import DeviceFlags
+from vtools.options.tools import EnvFlags
 from vtools.runtime import preflight
 from vtools.runtime.device import resolve_device
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m vtools env", description=__doc__)
-    parser.add_argument("--device", default="auto", help="device to report on (default: auto)")
-    parser.add_argument("--device-modules", nargs="*", default=[], help="modules to import that register devices")
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        default=False,
-        help="also run the preflight: every set-up problem and recommended setting, one line each with its fix; "
-        "exit 2 when one would stop a run",
-    )
+    changes = {"device": {"help": "device to report on (default: auto)"}}
+    add_declared(parser, DeviceFlags, only=("device", "device_modules"), changes=changes)
+    add_declared(parser, EnvFlags)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     report = collect(args.device, tuple(args.device_modules or ()))
     print(format_report(report))

@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
@@ -30,6 +31,8 @@ from vtools.deploy.export import check_images, compare, default_output, write_on
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.optional import optional_module
+from vtools.options.shared import ModelFlags
+from vtools.options.tools import ExportFlags
 from vtools.outputs import Output, check_outputs
 
 
@@ -37,28 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m vtools export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model_name", metavar="MODEL", help="model folder, or timm name (with --pretrained)")
-    parser.add_argument("--format", default="onnx", choices=("onnx",), help="(default: onnx)")
-    parser.add_argument(
-        "--data", required=True, metavar="DIR", help="real images for the parity check (a folder, searched recursively)"
+    add_declared(parser, ExportFlags)
+    changes = {
+        "pretrained": {"help": "load a timm name's pretrained weights (model folders always bring theirs)"},
+        "checkpoint": {"help": "weights to load into the model"},
+        "use_ema": {"help": "the checkpoint's EMA weights"},
+    }
+    add_declared(
+        parser, ModelFlags, only=("pretrained", "checkpoint", "use_ema", "num_classes", "in_chans"), changes=changes
     )
-    parser.add_argument("--output", default="", metavar="PATH", help="where to write (default: beside the weights)")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
-    parser.add_argument("--check-images", type=int, default=64, metavar="N", help="images compared (default: 64)")
-    parser.add_argument("--atol", type=float, default=1e-4, help="allowed absolute logit difference (default: 1e-4)")
-    parser.add_argument(
-        "--rtol", type=float, default=1e-3, help="allowed difference relative to the largest logit (default: 1e-3)"
-    )
-    parser.add_argument(
-        "--pretrained",
-        action="store_true",
-        default=False,
-        help="load a timm name's pretrained weights (model folders always bring theirs)",
-    )
-    parser.add_argument("--checkpoint", default="", metavar="PATH", help="weights to load into the model")
-    parser.add_argument("--use-ema", action="store_true", default=False, help="the checkpoint's EMA weights")
-    parser.add_argument("--num-classes", type=int, default=None, help="number of classifier outputs")
-    parser.add_argument("--in-chans", type=int, default=None, help="number of input image channels")
     return parser
 
 

@@ -29,12 +29,13 @@ from pathlib import Path
 import torch
 
 from vtools.cli import train_flags
+from vtools.cli.declared import add_declared
 from vtools.cli.options import (
     add_device_args,
     add_model_args,
     add_preprocess_args,
 )
-from vtools.cli.parser import OneLineParser, check_values
+from vtools.cli.parser import OneLineParser, check_ranges, check_values
 from vtools.cli.typed import typed_options
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
@@ -43,7 +44,9 @@ from vtools.derived_options import model_in_chans, preprocess_overrides, timm_mo
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.observe import parity, parity_recipe
-from vtools.options.train_job import TrainJob
+from vtools.options.shared import LoadingFlags, ResultFlags
+from vtools.options.tools import ParityFlags
+from vtools.options.train_job import OptimOptions, TrainJob
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
@@ -59,23 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m vtools parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "model_name", nargs="?", default=None, metavar="MODEL", help="timm name, hf-hub:..., or model folder"
-    )
+    add_declared(parser, ParityFlags, only=("model_name",))
     group = add_comparison_args(parser)
-    group.add_argument(
-        TRAIN_FLAG,
-        nargs=argparse.REMAINDER,
-        default=None,
-        metavar="TRAIN_ARGS",
-        help="no MODEL: compare train.py's own step; every flag but the ones above is train.py's (-c RUN.yaml, ...)",
-    )
-    group.add_argument(
-        "--data", default=None, metavar="DIR", help="real images for the batch (default: a seeded random batch)"
-    )
-    group.add_argument("--batch-size", "-b", type=int, default=8, metavar="N", help="batch size (default: 8)")
-    group.add_argument("--lr", type=float, default=0.01, help="SGD learning rate of the steps (default: 0.01)")
-    group.add_argument("--seed", type=int, default=42, metavar="S", help="seed of weights, batch and targets")
+    add_declared(group, ParityFlags, only=("train", "data"))
+    changes = {
+        "batch_size": {"default": 8, "help": "batch size (default: 8)"},
+        "seed": {"help": "seed of weights, batch and targets"},
+        "lr": {"default": 0.01, "help": "SGD learning rate of the steps (default: 0.01)"},
+    }
+    add_declared(group, LoadingFlags, only=("batch_size",), changes=changes)
+    add_declared(group, OptimOptions, only=("lr",), changes=changes)
+    add_declared(group, LoadingFlags, only=("seed",), changes=changes)
     add_model_args(parser)
     add_preprocess_args(parser)
     add_device_args(parser)
@@ -84,34 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_comparison_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The flags both modes share (the reference, the steps, tolerances, the table); the group, for more."""
-    group = parser.add_argument_group("parity")
-    group.add_argument("--against", default="cpu", metavar="SPEC", help="the reference device (default: cpu)")
-    group.add_argument(
-        "--steps",
-        type=int,
-        default=1,
-        metavar="N",
-        help="training steps compared (SGD, momentum 0.9; with --train train.py's) (default: 1)",
-    )
-    group.add_argument(
-        "--tol",
-        type=float,
-        default=None,
-        help="allowed max relative error of each activation and the loss (default: by the device's compute dtype: "
-        + ", ".join(f"{name} {values[0]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
-        + ")",
-    )
-    group.add_argument(
-        "--grad-tol",
-        type=float,
-        default=None,
-        help="allowed max relative error of each gradient and updated weight (default: "
-        + ", ".join(f"{name} {values[1]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
-        + ")",
-    )
-    group.add_argument("--results-file", default="", metavar="PATH", help="write the per-layer table here")
-    group.add_argument("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    group = parser.add_argument_group(ParityFlags.title)
+    changes = {
+        "tol": {"help": _tolerance_help("each activation and the loss", 0)},
+        "grad_tol": {"help": _tolerance_help("each gradient and updated weight", 1)},
+    }
+    add_declared(group, ParityFlags, only=("against", "steps", "tol", "grad_tol"), changes=changes)
+    changes = {"results_file": {"help": "write the per-layer table here"}}
+    add_declared(group, ResultFlags, only=("results_file", "results_format"), changes=changes)
     return group
+
+
+def _tolerance_help(what: str, column: int) -> str:
+    defaults = ", ".join(f"{name} {values[column]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
+    return f"allowed max relative error of {what} (default: by the device's compute dtype: {defaults})"
 
 
 def build_train_parser() -> argparse.ArgumentParser:
@@ -130,11 +113,6 @@ def check_args(args: argparse.Namespace) -> str:
     model_name = args.model_name or args.model
     if not model_name:
         raise UsageError("give the model: MODEL (a timm name, hf-hub:..., or a model folder)")
-    check_comparison_args(args)
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be 1 or more, got {args.batch_size}")
-    if args.lr < 0:
-        raise UsageError(f"--lr must be 0 or more, got {args.lr}")
     refused = {
         "--torchcompile": args.torchcompile,
         "--model-dtype": args.model_dtype,
@@ -220,8 +198,9 @@ def trace_on(
 def main_train(argv: list[str]) -> int:
     """--train: train.py's own step on both devices (vtools/observe/parity_recipe.py); ``argv`` without --train."""
     refuse_torchrun("python -m vtools parity --train")
-    own, rest = build_train_parser().parse_known_args(argv)
-    check_comparison_args(own)
+    parser = build_train_parser()
+    own, rest = parser.parse_known_args(argv)
+    check_ranges(parser, own)  # a known-args parse: the ranges OneLineParser.parse_args would check
     train_args = train_flags.parse(rest)
     job = typed_options(TrainJob, train_args)
     refused = {"--torchcompile": job.model.torchcompile, "--model-dtype": job.runtime.model_dtype}
@@ -253,16 +232,6 @@ def training_inputs(job: TrainJob, config: str) -> list[tuple[str, str | Path | 
         ("--pretrained-path", job.model.pretrained_path),
         *model_files(job.model.model),
     ]
-
-
-def check_comparison_args(args: argparse.Namespace) -> None:
-    """The shared flags' one-line refusals."""
-    if args.steps < 1:
-        raise UsageError(f"--steps must be 1 or more, got {args.steps}")
-    for name in ("tol", "grad_tol"):
-        value = getattr(args, name)
-        if value is not None and not value >= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
 
 
 def finish(entries: list, verdict: str, own: argparse.Namespace, device: torch.device, reference: torch.device) -> int:

@@ -11,17 +11,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
+from vtools.options.tools import PlotFlags
 from vtools.outputs import Output, check_outputs
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m vtools plot", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders of train.py (or their summary.csv)")
-    parser.add_argument(
-        "--output", "-o", default="", metavar="PNG", help="(default: one RUN's own curves.png; several RUNs need it)"
-    )
+    add_declared(parser, PlotFlags)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     from vtools.observe.curves import plot_runs, read_summary_rows  # torch and matplotlib: after the parse
 

@@ -18,51 +18,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vtools.cli.declared import add_declared
 from vtools.cli.parser import OneLineParser
-from vtools.errors import UsageError
+from vtools.options.shared import LoadingFlags
+from vtools.options.tools import ShardsFlags
 from vtools.outputs import Output, check_outputs
 from vtools.runtime.cpu_budget import usable_cores
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m vtools shards", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "source",
-        metavar="FOLDER",
-        help="image folder: a root of split folders (train/, val/...) or one split's class folders",
-    )
-    parser.add_argument("out", metavar="OUT", help="output folder (must not exist, or be empty)")
-    parser.add_argument(
-        "--format",
-        default="wds",
-        choices=("wds", "parquet"),
-        help="tar shards for wds/NAME (default), or parquet for hfds/NAME",
-    )
-    parser.add_argument("--name", default="", help="dataset name in shard file names (default: OUT's name)")
-    parser.add_argument("--split", default=None, help="FOLDER is this one split (default: find train/val/test)")
-    parser.add_argument("--shard-size", type=int, default=1000, metavar="N", help="samples per shard (default: 1000)")
-    parser.add_argument(
-        "--max-side",
-        type=int,
-        default=None,
-        metavar="N",
-        help="store images re-encoded with the longer side at most N pixels",
-    )
-    parser.add_argument(
-        "--workers",
-        "-j",
-        type=int,
-        default=len(usable_cores()),
-        help="processes that re-encode images with --max-side (default: the usable cores)",
-    )
-    args = parser.parse_args(argv)
-    for flag, value in (
-        ("--shard-size", args.shard_size),
-        ("--max-side", args.max_side or 1),
-        ("--workers", args.workers),
-    ):
-        if value < 1:
-            raise UsageError(f"{flag} must be positive, got {value}")
+    add_declared(parser, ShardsFlags)
+    changes = {"workers": {"help": "processes that re-encode images with --max-side (default: the usable cores)"}}
+    add_declared(parser, LoadingFlags, only=("workers",), changes=changes)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # unset: the usable cores; 0 (the loaders' "in the main process"): one process here
+    workers = len(usable_cores()) if args.workers is None else max(1, args.workers)
     out = Path(args.out)
     check_outputs([("FOLDER", args.source)], [Output("OUT", out, files=())])
     from vtools.data.shard_writer import convert  # the readers, Pillow and torch: after the checks
@@ -75,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         args.shard_size,
         args.max_side,
         args.split,
-        args.workers,
+        workers,
     )
     print(written_lines(info, out, args.format, args.name or out.name), flush=True)
     return 0

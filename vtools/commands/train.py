@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vtools.cli.config import dump_config
-from vtools.cli.options import resume_changeable
+from vtools.cli.declared import resume_changeable
 from vtools.cli.train_flags import build_parser as build_parser  # train.py's parser, as tests and tools reach it
 from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options

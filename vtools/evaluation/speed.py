@@ -24,12 +24,9 @@ import torch
 from vtools.errors import UsageError
 from vtools.evaluation.batch_retry import with_smaller_batches
 from vtools.models.create import create_model
+from vtools.options.benchmark import BENCH_MODES, PRECISIONS
 from vtools.runtime.compiler import compile_for
 from vtools.runtime.device import peak_memory_bytes, reset_peak_memory, synchronize
-
-BENCH_MODES = ("inference", "train", "both", "profile", "profile_deepspeed", "profile_fvcore")
-# timm's --precision values (resolve_precision); --amp picks amp or amp_bfloat16 from --amp-dtype
-PRECISIONS = ("amp", "amp_bfloat16", "float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True)

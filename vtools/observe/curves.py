@@ -20,7 +20,7 @@ from vtools.errors import UsageError
 from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better
 from vtools.observe.figures import pyplot, save_png
 from vtools.observe.tracking import step_metrics
-from vtools.optional import optional_module
+from vtools.optional import TRACK, optional_module
 from vtools.results import read_number_table
 from vtools.train.loop import LogPoint
 
@@ -44,7 +44,7 @@ class ScalarLog:
     def __init__(self, folder: Path | None) -> None:
         self.writer = None
         if folder is not None:
-            optional_module("tensorboard", "--log-tensorboard")
+            optional_module("tensorboard", "--log-tensorboard", TRACK)
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(folder))

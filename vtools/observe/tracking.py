@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vtools.atomic import atomic_write_text
+from vtools.optional import TRACK
 from vtools.train.loop import LogPoint
 
 TRACKING_FILE = "tracking.json"
@@ -80,7 +81,7 @@ class Tracker(Protocol):
     def end(self, end: RunEnd) -> None: ...
 
 
-TRACKING_INSTALL = "pip install -r requirements-track.txt"
+TRACKING_INSTALL = TRACK
 
 
 def tracker_package(name: str) -> Any:

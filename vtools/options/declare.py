@@ -25,13 +25,14 @@ class Allowed:
 
     test: Callable[[Any], bool]
     says: str  # what follows the flag: "must be 0 or more"
+    hint: Callable[[Any], str] | None = None  # words for a likely slip, after the value ("a percentage?")
 
     def refusal(self, flag: str, value: Any) -> str | None:
         """The error for ``value`` given to ``flag``, or None when it is allowed (None values always are)."""
         if value is None or self.test(value):
             return None
         shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        return f"{flag} {self.says}, got {shown}"
+        return f"{flag} {self.says}, got {shown}{self.hint(value) if self.hint else ''}"
 
 
 POSITIVE = Allowed(lambda v: v > 0, "must be a positive integer")
@@ -44,17 +45,25 @@ DROP_RATE = Allowed(lambda v: 0 <= v < 1, "must be from 0 up to (not including) 
 BETAS = Allowed(lambda v: all(0 <= beta < 1 for beta in v), "takes values from 0 up to (not including) 1")
 # timm parses one or more numbers for a range; its transforms need exactly two, low then high
 LOW_HIGH = Allowed(lambda v: len(v) == 2 and v[0] <= v[1], "takes two values, low and high")
+AT_LEAST_ONE = Allowed(lambda v: v >= 1, "must be 1 or more")
+
+
+def between(low: float, high: float, unit: str = "") -> Allowed:
+    """Values from ``low`` to ``high``, both included."""
+    return Allowed(lambda v: low <= v <= high, f"must be from {low:g} to {high:g}{unit}")
 
 
 @dataclass(frozen=True)
 class Declaration:
     """How a field is given on the command line: what the generated parser and checks read."""
 
-    flags: tuple[str, ...]
+    flags: tuple[str, ...]  # a name without dashes: a positional argument
     help: str
     resume: bool  # a resumed run may give it another value than the run it continues
     allowed: Allowed | None
     argparse: dict[str, Any]  # what argparse needs beyond the field's type and default: nargs, choices, metavar...
+    refused: str | None = None  # a timm flag only its default may take here: why, and what to use instead
+    no_op: str | None = None  # a timm flag every value of which gives the same results here: why
 
 
 def option(
@@ -68,8 +77,22 @@ def option(
     """A dataclass field declared as the command-line option ``flags``. The field's annotation gives the
     value type (``bool`` is a switch, ``list[float]`` several numbers); ``argparse_keywords`` add what the
     annotation cannot say (``nargs``, ``choices``, ``metavar``, a parsing ``type`` or ``action``)."""
-    declaration = Declaration(flags, help, resume, allowed, argparse_keywords)
-    metadata = {DECLARATION: declaration}
+    return _declared_field(default, Declaration(flags, help, resume, allowed, argparse_keywords))
+
+
+def refused(*flags: str, default: Any, reason: str, resume: bool = False, **argparse_keywords: Any) -> Any:
+    """A field declared as a timm flag that only ``default`` (timm's) may take here; ``reason`` says why
+    and what to use instead. Hidden from ``--help``, listed in the README's compatibility table."""
+    return _declared_field(default, Declaration(flags, "", resume, None, argparse_keywords, refused=reason))
+
+
+def no_op(*flags: str, default: Any, reason: str, resume: bool = False, **argparse_keywords: Any) -> Any:
+    """A field declared as a timm flag that changes nothing here (``reason`` says why): any value runs."""
+    return _declared_field(default, Declaration(flags, "", resume, None, argparse_keywords, no_op=reason))
+
+
+def _declared_field(default: Any, declared: Declaration) -> Any:
+    metadata = {DECLARATION: declared}
     if isinstance(default, (list, dict)):  # a fresh copy per instance, as argparse gives each parse
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

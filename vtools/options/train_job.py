@@ -5,9 +5,9 @@ As torchtitan's ``job_config`` does, the training code takes the concern it read
 options is declared here once, as a field with :func:`~vtools.options.declare.option`: its flags, default,
 help, allowed values and whether a resume may change it. train.py's parser (vtools/cli/train_flags.py) is
 generated from these fields, and its checks, which the Python API runs too, read them. A field without a
-declaration is a flag that validate.py and inference.py share, declared once in vtools/cli/options.py. The
-command edge fills the concerns from the parsed Namespace (``vtools.cli.typed.typed_options``); timm's
-refused and no-op flags (vtools/cli/timm_compat.py) change nothing, so no concern holds them.
+declaration is a flag other commands share, declared once in vtools/options/shared.py. The command edge
+fills the concerns from the parsed Namespace (``vtools.cli.typed.typed_options``); timm's refused and no-op
+flags (vtools/options/train_compat.py) change nothing, so no concern holds them.
 """
 
 from __future__ import annotations

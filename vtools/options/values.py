@@ -12,6 +12,9 @@ import argparse
 
 from vtools.derived_options import DURATION_UNITS
 
+# more intra-op threads than any host has cores only slows a run down, and far more cannot be started
+MAX_THREADS = 1024
+
 KEY_VALUE_PAIRS = "key=value pairs"  # the argparse action (vtools.cli.parser.KeyValuePairs) of KEY=VALUE lists
 
 AMP_DTYPE_CHOICES = ("auto", "bfloat16", "float16")  # vtools.runtime.amp.AMP_DTYPES

@@ -46,7 +46,6 @@ from vtools.data.readers.wds import (
 from vtools.errors import UsageError
 
 STREAM_PREFIXES = ("http://", "https://", "pipe:")
-DEFAULT_SHUFFLE_SIZE = 8192  # timm's WDS_SHUFFLE_SIZE default: samples each loader worker holds to shuffle
 INFO_TIMEOUT_S = 30
 
 # what curl's exit status means, for the one line a lost shard gives (curl's manual, "EXIT CODES")
