@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Literal
 
 import pytest
 
 from tests.conftest import REPO
-from vtools.cli.declared import add_declared, check_declared, resume_changeable
+from vtools.cli.declared import add_declared, resume_changeable
+from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.options import values
 from vtools.options.declare import FRACTION, POSITIVE, option
@@ -30,10 +32,11 @@ class Planted:
     mode: str = option("--mode", default="a", choices=("a", "b"), help="a choice")
     extra: dict = option("--extra", default={}, nargs="*", action=values.KEY_VALUE_PAIRS, help="KEY=VALUE pairs")
     every: int | str = option("--every", default=0, type=values.recovery_interval, help="N or a time")
+    side: Literal["left", "right"] | None = option("--side", default=None, help="a choice from its annotation")
 
 
 def planted_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser()
+    parser = OneLineParser()
     add_declared(parser.add_argument_group(Planted.title), Planted)
     return parser
 
@@ -55,6 +58,8 @@ def test_the_parser_reads_each_declared_type() -> None:
             "k=1",
             "--every",
             "30m",
+            "--side",
+            "right",
         ]
     )
     assert vars(args) == {
@@ -65,6 +70,7 @@ def test_the_parser_reads_each_declared_type() -> None:
         "mode": "b",
         "extra": {"k": 1},
         "every": "30m",
+        "side": "right",
     }
 
 
@@ -73,19 +79,32 @@ def test_the_defaults_are_the_fields_defaults() -> None:
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_argparse() -> None:
-    for argv in (["--warmup", "1.5"], ["--floor", "half"], ["--mode", "c"], ["--every", "soon"]):
-        with pytest.raises(SystemExit):
+    for argv in (["--warmup", "1.5"], ["--floor", "half"], ["--mode", "c"], ["--every", "soon"], ["--side", "up"]):
+        with pytest.raises(UsageError):
             planted_parser().parse_args(argv)
 
 
 def test_resume_and_ranges_come_from_the_declaration() -> None:
+    """The parser refuses an out-of-range value as it reads it (OneLineParser checks every declared range)."""
     parser = planted_parser()
     assert resume_changeable(parser) == {"ema"}
-    check_declared(parser.parse_args(["--floor", "1"]), Planted)
+    assert parser.parse_args(["--floor", "1"]).floor == 1.0
     with pytest.raises(UsageError, match=r"^--warmup must be a positive integer, got 0$"):
-        check_declared(parser.parse_args(["--warmup", "0"]), Planted)
+        parser.parse_args(["--warmup", "0"])
     with pytest.raises(UsageError, match=r"^--floor must be from 0 to 1, got 1.5$"):
-        check_declared(parser.parse_args(["--floor", "1.5"]), Planted)
+        parser.parse_args(["--floor", "1.5"])
+    with pytest.raises(UsageError, match=r"^--floor must be a finite number, got nan$"):
+        parser.parse_args(["--floor", "nan"])
+
+
+def test_a_command_changes_a_shared_declaration_but_not_its_range() -> None:
+    parser = OneLineParser()
+    add_declared(parser, Planted, only=("warmup",), changes={"warmup": {"default": 9, "help": "mine"}})
+    assert parser.get_default("warmup") == 9 and parser._option_string_actions["--warmup"].help == "mine"
+    with pytest.raises(UsageError, match="--warmup must be a positive integer"):
+        parser.parse_args(["--warmup", "0"])
+    with pytest.raises(TypeError, match="not .*allowed"):
+        add_declared(OneLineParser(), Planted, only=("warmup",), changes={"warmup": {"allowed": None}})
 
 
 # ---------------------------------------------------------------- train.py's declared ranges, one row per option

@@ -45,6 +45,8 @@ ANSWERED_BEFORE_TORCH = [
     ("validate.py", ["x", "--model", "m", "--report", "r", "--report-worst", "-1"], 2, "--report-worst must be 0"),
     ("inference.py", ["x", "--model", "m", "--topk", "-1"], 2, "--topk must be 0 (every class) or positive"),
     ("inference.py", ["x"], 2, "--model is required"),
+    # a flag benchmark shares with train.py: its declaration's range, before torch (issue 61's example)
+    ("vtools", ["benchmark", "--drop", "1.5"], 2, "--drop must be from 0 up to (not including) 1, got 1.5"),
 ]
 
 

@@ -10,11 +10,14 @@ from vtools.options.declare import (
     DROP_RATE,
     LOW_HIGH,
     POSITIVE,
+    Allowed,
+    between,
     declaration,
     declared_fields,
     default_of,
+    no_op,
     option,
-    refusals,
+    refused,
 )
 
 pytestmark = pytest.mark.cpu_only(reason="dataclass declarations; nothing runs on a device")
@@ -61,10 +64,20 @@ def test_allowed_values_word_the_refusal(allowed, value, error) -> None:  # noqa
     assert allowed.refusal("--flag", value) == error
 
 
-def test_refusals_name_each_declared_field_out_of_range_in_order() -> None:
-    given = {"shared": "x", "steps": 0, "span": [2.0, 1.0]}
-    assert refusals(Sample, given.__getitem__) == [
-        "--steps must be a positive integer, got 0",
-        "--span takes two values, low and high, got 2.0 1.0",
-    ]
-    assert refusals(Sample, {"steps": 1, "span": [1.0, 2.0]}.__getitem__) == []
+def test_a_hint_follows_the_value_it_explains() -> None:
+    percent = Allowed(lambda v: v <= 1, "must be at most 1", hint=lambda v: f" ({v:g} %?)" if v > 10 else "")
+    assert percent.refusal("--pct", 50.0) == "--pct must be at most 1, got 50.0 (50 %?)"
+    assert percent.refusal("--pct", 2.0) == "--pct must be at most 1, got 2.0"
+    assert between(1, 8).refusal("--n", 9) == "--n must be from 1 to 8, got 9"
+
+
+def test_refused_and_no_op_declarations_carry_their_reason_and_no_range() -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Compat:
+        old: int = refused("--old", default=0, reason="gone")
+        idle: list[int] = no_op("--idle", default=[1], nargs="+", reason="nothing to do")
+
+    old, idle = (found for _, found in declared_fields(Compat))
+    assert (old.refused, old.no_op, old.allowed, old.help) == ("gone", None, None, "")
+    assert (idle.no_op, idle.refused, idle.argparse) == ("nothing to do", None, {"nargs": "+"})
+    assert Compat().idle == [1] and Compat().idle is not Compat().idle

@@ -578,3 +578,30 @@ def test_a_resumed_optimizer_keeps_this_runs_implementation_flags() -> None:
     recipe.load_optimizer_state(here, saved.state_dict())
     assert here.param_groups[0]["foreach"] is False and here.param_groups[0]["lr"] == 0.1
     assert torch.equal(next(iter(here.state.values()))["momentum_buffer"], torch.ones(3))
+
+
+def test_a_run_saved_before_the_options_were_declared_resumes_unchanged(tmp_path: Path) -> None:
+    """A run folder made before every option was declared once (issue 61) holds train.py's options as that
+    version parsed them (tests/data/train_args_before_61.json, recorded from it): today the same command line
+    parses to the same values, its config.yaml trains again with -c, the same options may change on resume,
+    and the resume comparison finds nothing changed."""
+    import argparse
+    import json
+
+    from tests.conftest import REPO
+    from vtools.cli.config import dump_config
+    from vtools.cli.train_flags import build_parser, parse
+
+    recorded = json.loads((REPO / "tests" / "data" / "train_args_before_61.json").read_text(encoding="utf-8"))
+    now = vars(parse(recorded["argv"]))
+    assert now == recorded["args"]
+    may_change = resume_changeable(build_parser())
+    assert sorted(may_change) == recorded["may_change"]
+    config = tmp_path / "config.yaml"
+    config.write_text(dump_config(argparse.Namespace(**recorded["args"]), config), encoding="utf-8")
+    again = vars(parse(["-c", str(config)]))
+    assert {key: again[key] for key in now if key not in ("config", "data")} == {
+        key: value for key, value in now.items() if key not in ("config", "data")
+    }
+    state = {"args": recorded["args"], "world_size": 1}
+    assert experiment_changes(state, SavedOptions(now, may_change), [], 0, 1) == []

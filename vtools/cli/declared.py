@@ -19,8 +19,7 @@ from typing import Any
 
 from vtools.cli.parser import KeyValuePairs
 from vtools.cli.timm_compat import mark_no_op, mark_refused
-from vtools.errors import UsageError
-from vtools.options.declare import DECLARATION, Declaration, declared_fields, default_of, refusals
+from vtools.options.declare import DECLARATION, Declaration, declared_fields, default_of
 from vtools.options.values import KEY_VALUE_PAIRS
 
 _MAY_CHANGE_ON_RESUME = "vtools_may_change_on_resume"
@@ -97,21 +96,16 @@ def _add_one(
 
 
 def _value_keywords(annotation: Any) -> dict[str, Any]:
-    """What argparse needs to read a value of ``annotation``: a switch for ``bool``, the element type for
-    lists (their ``nargs`` is declared), the type for numbers; text needs nothing."""
+    """What argparse needs to read a value of ``annotation``: a switch for ``bool``, the choices of a
+    ``Literal``, the element type for lists (their ``nargs`` is declared), the type for numbers; text needs
+    nothing."""
     kinds = [kind for kind in typing.get_args(annotation) if kind is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(kinds) == 1:
         annotation = kinds[0]  # X | None
+    if typing.get_origin(annotation) is typing.Literal:
+        return {"choices": typing.get_args(annotation)}
     if annotation is bool:
         return {"action": "store_true"}
     if typing.get_origin(annotation) is list:
         (annotation,) = typing.get_args(annotation)
     return {"type": annotation} if annotation in (int, float) else {}
-
-
-def check_declared(args: argparse.Namespace, *concerns: type) -> None:
-    """Refuse the first value of a declared field of ``concerns`` outside its allowed values."""
-    for concern in concerns:
-        found = refusals(concern, lambda name: getattr(args, name))
-        if found:
-            raise UsageError(found[0])

@@ -113,15 +113,3 @@ def default_of(field: dataclasses.Field) -> Any:
 def declared_fields(concern: type) -> list[tuple[dataclasses.Field, Declaration]]:
     """The fields of the dataclass ``concern`` declared here, in declaration order."""
     return [(field, found) for field in dataclasses.fields(concern) if (found := declaration(field)) is not None]
-
-
-def refusals(concern: type, values: Callable[[str], Any]) -> list[str]:
-    """The one-line errors for the declared fields of ``concern`` whose value (``values(name)``) is not
-    allowed, in declaration order."""
-    found = []
-    for field, declared in declared_fields(concern):
-        if declared.allowed is not None:
-            refusal = declared.allowed.refusal(declared.flags[0], values(field.name))
-            if refusal is not None:
-                found.append(refusal)
-    return found

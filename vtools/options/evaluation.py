@@ -4,7 +4,7 @@ commands are in vtools/options/shared.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from vtools.options.declare import AT_LEAST_ONE, NOT_NEGATIVE, Allowed, no_op, option, refused
 from vtools.options.values import CALIBRATION_BINS, LABEL_TYPE_CHOICES, METRICS_AVERAGE_CHOICES
@@ -95,10 +95,9 @@ class InferFlags:
         metavar="K",
         help="classes per image; 0 = every class (default: 1)",
     )
-    output_type: str = option(
+    output_type: Literal["prob", "logit"] = option(
         "--output-type",
         default="prob",
-        choices=("prob", "logit"),
         help="softmax probabilities or raw logits (default: prob)",
     )
     label_type: str = option(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from vtools.options.declare import (
     FRACTION,
@@ -280,9 +280,7 @@ class PreprocessFlags:
         help="full input size, e.g. 3 224 224",
     )
     crop_pct: float | None = option("--crop-pct", default=None, allowed=CROP_PCT, help="center crop fraction")
-    crop_mode: str | None = option(
-        "--crop-mode", default=None, choices=("center", "squash", "border"), help="crop mode"
-    )
+    crop_mode: Literal["center", "squash", "border"] | None = option("--crop-mode", default=None, help="crop mode")
     mean: list[float] | None = option("--mean", default=None, nargs="+", metavar="MEAN", help="normalization mean")
     std: list[float] | None = option(
         "--std", default=None, allowed=NOT_ZERO, nargs="+", metavar="STD", help="normalization std"
@@ -448,7 +446,7 @@ class ResultFlags:
     title: ClassVar[str] = "results"
 
     results_file: str = option("--results-file", default="", metavar="PATH", help="write one row per model here")
-    results_format: str = option("--results-format", default="csv", choices=("csv", "json"), help="(default: csv)")
+    results_format: Literal["csv", "json"] = option("--results-format", default="csv", help="(default: csv)")
     threshold: float = option(
         "--threshold",
         default=0.5,

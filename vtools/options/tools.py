@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from vtools.options.declare import AT_LEAST_ONE, NOT_NEGATIVE, POSITIVE, Allowed, no_op, option
 from vtools.results import RESULT_FORMATS
@@ -59,10 +59,9 @@ class ShardsFlags:
         help="image folder: a root of split folders (train/, val/...) or one split's class folders",
     )
     out: str = option("out", default=None, metavar="OUT", help="output folder (must not exist, or be empty)")
-    format: str = option(
+    format: Literal["wds", "parquet"] = option(
         "--format",
         default="wds",
-        choices=("wds", "parquet"),
         help="tar shards for wds/NAME (default), or parquet for hfds/NAME",
     )
     name: str = option("--name", default="", help="dataset name in shard file names (default: OUT's name)")
@@ -139,7 +138,7 @@ class ExportFlags:
     model_name: str = option(
         "model_name", default=None, metavar="MODEL", help="model folder, or timm name (with --pretrained)"
     )
-    format: str = option("--format", default="onnx", choices=("onnx",), help="(default: onnx)")
+    format: Literal["onnx"] = option("--format", default="onnx", help="(default: onnx)")
     data: str = option(
         "--data",
         default=None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from vtools.options import values
 from vtools.options.declare import (
@@ -178,8 +178,8 @@ class OptimOptions:
     clip_grad: float | None = option(
         "--clip-grad", default=None, allowed=ABOVE_ZERO, help="gradient clipping threshold"
     )
-    clip_mode: str = option(
-        "--clip-mode", default="norm", choices=("norm", "value", "agc"), help="gradient clipping mode (default: norm)"
+    clip_mode: Literal["norm", "value", "agc"] = option(
+        "--clip-mode", default="norm", help="gradient clipping mode (default: norm)"
     )
     grad_accum_steps: int = option(
         "--grad-accum-steps", default=1, allowed=POSITIVE, help="batches per optimizer update"
@@ -314,8 +314,8 @@ class AugmentOptions:
         "--train-interpolation", default="random", help="training resize interpolation (default: random)"
     )
     reprob: float = option("--reprob", default=0.0, allowed=FRACTION, help="random erasing probability (on the device)")
-    remode: str = option(
-        "--remode", default="pixel", choices=("const", "rand", "pixel"), help="random erasing fill (default: pixel)"
+    remode: Literal["const", "rand", "pixel"] = option(
+        "--remode", default="pixel", help="random erasing fill (default: pixel)"
     )
     recount: int = option(
         "--recount", default=1, allowed=POSITIVE, help="most random erasing boxes per image (default: 1)"
