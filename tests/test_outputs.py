@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO, run_script
 from vtools.atomic import atomic_write_text
+from vtools.cli.runner import command_main
 from vtools.errors import RunFailed, UsageError
 from vtools.outputs import Output, check_outputs
 
@@ -144,7 +145,6 @@ def test_class_reports_of_two_runs_get_a_folder_each(
 
 def test_plot_draws_one_run_into_its_own_picture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not ./curves.png: that replaced whatever file of that name the current folder held."""
-    from vtools.commands import plot
 
     run = tmp_path / "run"
     run.mkdir()
@@ -154,7 +154,7 @@ def test_plot_draws_one_run_into_its_own_picture(tmp_path: Path, monkeypatch: py
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "curves.png").write_text("someone else's file")
     monkeypatch.chdir(tmp_path / "work")
-    assert plot.main([str(run)]) == 0
+    assert command_main("plot")([str(run)]) == 0
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "work" / "curves.png").read_text() == "someone else's file"
 

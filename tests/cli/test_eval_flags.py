@@ -37,6 +37,7 @@ from tests.conftest import (
     write_image_set,
     write_model_folder,
 )
+from vtools.cli.runner import command_main
 from vtools.cli.timm_compat import no_op_flags, refused_flags
 from vtools.commands import infer, validate
 from vtools.errors import UsageError
@@ -147,7 +148,9 @@ def test_metrics_avg_equal_scikit_learn(average: str) -> None:
 
 def _run_validate(args: list[str], tmp_path: Path, name: str = "row") -> dict:
     results = tmp_path / f"{name}.json"
-    code = validate.main([*args, "--workers", "0", "--results-file", str(results), "--results-format", "json"])
+    code = command_main("validate")(
+        [*args, "--workers", "0", "--results-file", str(results), "--results-format", "json"]
+    )
     assert code == 0
     (row,) = json.loads(results.read_text())
     return row
@@ -432,7 +435,7 @@ def test_inference_class_map_selects_class_folders(
 ) -> None:
     """timm's folder reader keeps only the images whose folder is named in --class-map."""
     monkeypatch.chdir(tmp_path)
-    code = infer.main(
+    code = command_main("infer")(
         [str(custom_images), "--device", "cpu", "--workers", "0", "--model", str(custom_model_dir)]
         + ["--class-map", str(_class_map(tmp_path, ["fox", "cat"])), "--results-file", "out", "--topk", "2"]
         + ["--filename-col", "name", "--results-separate-col", "--no-console-results"]
@@ -447,4 +450,4 @@ def test_inference_class_map_selects_class_folders(
 @pytest.mark.cpu_only(reason="an argument check before any device work")
 def test_exclude_output_needs_topk() -> None:
     with pytest.raises(UsageError, match="--exclude-output"):
-        infer.main(["x", "--model", "m", "--device", "cpu", "--topk", "0", "--exclude-output"])
+        command_main("infer")(["x", "--model", "m", "--device", "cpu", "--topk", "0", "--exclude-output"])

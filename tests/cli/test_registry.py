@@ -25,15 +25,27 @@ def test_aliases_and_unknown_names() -> None:
         registry.command("trian")
 
 
-def test_a_command_parsed_first_has_torch_free_flags_and_a_run() -> None:
+def test_every_command_has_one_protocol_parse_then_run() -> None:
+    """Each command's flags module gives build_parser() and parse(argv); its command module run(options), and
+    no main(argv) of its own that would parse a second way."""
     import importlib
 
     for known in registry.COMMANDS:
-        code = importlib.import_module(known.module)
-        if known.flags:
-            assert hasattr(importlib.import_module(known.flags), "parse") and hasattr(code, "run"), known.name
-        else:
-            assert hasattr(code, "main") and hasattr(code, "build_parser"), known.name
+        flags, code = importlib.import_module(known.flags), importlib.import_module(known.module)
+        assert callable(flags.build_parser) and callable(flags.parse), known.name
+        assert callable(code.run) and not hasattr(code, "main"), known.name
+
+
+@pytest.mark.slow
+def test_every_commands_flags_load_without_torch() -> None:
+    """The runner parses every command before torch is imported: no flags module may pull it in."""
+    from tests.conftest import run_script
+
+    modules = [known.flags for known in registry.COMMANDS]
+    code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m).build_parser()\n"
+    code += "print(sorted(n for n in ('torch', 'timm', 'torchvision', 'numpy') if n in sys.modules))\n"
+    proc = run_script(["-c", code])
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
 def test_the_dispatcher_names_the_closest_command() -> None:

@@ -22,6 +22,7 @@ import yaml
 from tests.conftest import REPO, device_flags, run_script, weights
 from tests.timm_reference import SCRIPTS, long_flag, timm_args_yaml, timm_options, timm_reads_config, timm_spec
 from vtools.cli.config import dump_config, parse_with_config
+from vtools.cli.runner import command_main
 from vtools.cli.timm_compat import DEFAULT_DEPARTURES, no_op_flags, refused_flags
 from vtools.errors import UsageError
 
@@ -303,10 +304,13 @@ def test_input_size_channels_build_the_model_as_in_timm(
     """timm's scripts build the model with --input-size's channel count when --in-chans is not given: a
     3-channel model folder with --input-size 1 32 32 gives what --in-chans 1 gives (it ended in a
     convolution's channel error)."""
-    from vtools.commands import infer, validate
 
     flags = [str(custom_images), "--model", str(custom_model_dir), *device_flags(device.type), "--workers", "0"]
-    main, more = (validate.main, []) if script == "validate.py" else (infer.main, ["--include-index", "--topk", "3"])
+    main, more = (
+        (command_main("validate"), [])
+        if script == "validate.py"
+        else (command_main("infer"), ["--include-index", "--topk", "3"])
+    )
     results = {}
     for name, extra in (("implied", []), ("explicit", ["--in-chans", "1"])):
         out = tmp_path / f"{name}.json"
@@ -319,11 +323,10 @@ def test_input_size_channels_build_the_model_as_in_timm(
 
 @pytest.mark.cpu_only(reason="model construction from the flags; device training: tests/scripts/test_train.py")
 def test_training_at_input_size_channels_builds_that_model(fashion4: Path, tmp_path: Path) -> None:
-    from vtools.commands import train
 
     flags = ["--data-dir", str(fashion4), "--model", "test_resnet", "--input-size", "1", "28", "28", "--epochs", "1"]
     given = ["--device", "cpu", "--workers", "0", "--batch-size", "32", "--output", str(tmp_path), "--experiment", "g"]
-    assert train.main([*flags, *given]) == 0
+    assert command_main("train")([*flags, *given]) == 0
     config = json.loads((tmp_path / "g" / "model" / "config.json").read_text(encoding="utf-8"))
     assert config["pretrained_cfg"]["input_size"] == [1, 28, 28]
     assert weights(tmp_path / "g" / "last.pth.tar")["conv1.0.weight"].shape[1] == 1

@@ -13,6 +13,7 @@ import torch
 
 from tests.conftest import REPO, assert_same_weights, device_flags, summary, train_args, weights
 from vtools.atomic import atomic_copy
+from vtools.cli.runner import command_main
 from vtools.data import datasets
 from vtools.data.datasets import DecodedImages, FileSamples, ImageFiles
 from vtools.data.loaders import Batch, DeviceLoader, eval_device_loader
@@ -167,7 +168,6 @@ def test_training_with_kept_data_matches_decoding_every_epoch(
     """A whole train.py run keeping decoded training images and validation batches gives the numbers
     and weights of a run that decodes everything every epoch; the next epoch starts decoding during
     validation on an accelerator and after it where validation runs on the host's cores."""
-    from vtools.commands import train
     from vtools.train import run as training_run
 
     events: list[str] = []
@@ -180,7 +180,9 @@ def test_training_with_kept_data_matches_decoding_every_epoch(
     monkeypatch.setattr(training_run, "evaluate", lambda *a, **k: events.append(k["desc"]) or real_evaluate(*a, **k))
 
     def run(name: str) -> int:
-        return train.main(train_args(fashion4, tmp_path, name, *device_flags(device.type), "--epochs", "3")[1:])
+        return command_main("train")(
+            train_args(fashion4, tmp_path, name, *device_flags(device.type), "--epochs", "3")[1:]
+        )
 
     assert run("kept") == 0
     during = not kind_of(device.type).computes_on_host

@@ -120,6 +120,7 @@ def test_a_wrong_exported_file_is_refused_and_leaves_no_file(tmp_path: Path, mon
     nor its staging file. A check that always passes fails here; nothing here can skip."""
     import timm
 
+    from vtools.cli.runner import command_main
     from vtools.commands import export as command
     from vtools.errors import RunFailed
 
@@ -134,7 +135,7 @@ def test_a_wrong_exported_file_is_refused_and_leaves_no_file(tmp_path: Path, mon
     torch.manual_seed(0)
     argv = ["test_resnet", "--num-classes", "10", "--data", str(SHIPPED_VAL), "--output", str(out)]
     with pytest.raises(RunFailed) as failure:
-        command.main([*argv, "--check-images", "4"])
+        command_main("export")([*argv, "--check-images", "4"])
     assert "does not match PyTorch" in str(failure.value) and "nothing written" in str(failure.value)
     assert "\n" not in str(failure.value)
     assert list(tmp_path.iterdir()) == []

@@ -234,7 +234,9 @@ def test_report_files_read_back_and_pictures_are_drawn(num_classes: int, tmp_pat
 def test_compare_reports_class_by_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two reports of the same images: every delta is the second's score minus the first's, and the
     classes listed as improved are those whose top-1 rose most; a run folder's eval/ is found."""
-    from vtools.commands.compare import main
+    from vtools.cli.runner import command_main
+
+    main = command_main("compare")
 
     logits, targets = logits_and_targets(seed=4)
     classes = [f"c{i}" for i in range(NUM_CLASSES)]
@@ -265,7 +267,9 @@ def test_compare_multi_label_reports_by_map_and_ap(tmp_path: Path, capsys: pytes
     import numpy as np
     from sklearn.metrics import average_precision_score
 
-    from vtools.commands.compare import main
+    from vtools.cli.runner import command_main
+
+    main = command_main("compare")
     from vtools.errors import UsageError
     from vtools.evaluation.multilabel_eval import write_multilabel_report
     from vtools.evaluation.multilabel_metrics import multilabel_report
@@ -301,7 +305,9 @@ def test_compare_shows_a_class_one_report_lacks_as_a_dash(tmp_path: Path, capsys
     the console, not the word None."""
     import pandas as pd
 
-    from vtools.commands.compare import main
+    from vtools.cli.runner import command_main
+
+    main = command_main("compare")
 
     logits, targets = logits_and_targets(seed=5)
     classes = [f"c{i}" for i in range(NUM_CLASSES)]

@@ -139,8 +139,8 @@ def test_best_epoch_follows_the_runs_eval_metric(tmp_path: Path) -> None:
 def test_vtools_plot_refuses_bad_arguments_before_loading_torch_or_matplotlib() -> None:
     """A usage error is said as soon as the command line is read (it took 8.5 s when it came after torch)."""
     code = (
-        "import sys\nfrom vtools.commands import plot\nfrom vtools.errors import UsageError\n"
-        "try:\n    plot.main([])\nexcept UsageError as refused:\n    print(refused)\n"
+        "import sys\nfrom vtools.cli.runner import command_main\nfrom vtools.errors import UsageError\n"
+        "try:\n    command_main('plot')([])\nexcept UsageError as refused:\n    print(refused)\n"
         "print(sorted(name for name in ('torch', 'matplotlib') if name in sys.modules))\n"
     )
     proc = run_script(["-c", code])

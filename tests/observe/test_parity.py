@@ -143,13 +143,15 @@ def test_cli_names_the_first_layer_of_a_faulty_operator(tmp_path, model_name, op
 def test_bad_input_is_one_line(tmp_path) -> None:
     proc = _parity("test_resnet", "--device", "cpu", "--data", str(tmp_path / "missing"))
     assert_one_line_error(proc, 2, "missing")
-    from vtools.commands import parity as command  # the rest in process: the same one-line UsageError
+    from vtools.cli.runner import command_main  # the rest in process: the same one-line UsageError
+
+    parity = command_main("parity")
     from vtools.errors import UsageError
 
     with pytest.raises(UsageError, match="give the model"):
-        command.main(["--device", "cpu"])
+        parity(["--device", "cpu"])
     with pytest.raises(UsageError, match="--steps must be 1 or more"):
-        command.main(["test_resnet", "--steps", "0"])
+        parity(["test_resnet", "--steps", "0"])
 
 
 def _overflowing_linear() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:

@@ -119,17 +119,19 @@ def _command(data: Path, *extra: str) -> list[str]:
 def test_the_command_says_the_forced_choices_and_names_the_planted_weight(
     fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from vtools.commands import parity as command
+    from vtools.cli.runner import command_main
+
+    parity = command_main("parity")
 
     table = tmp_path / "parity.csv"
-    assert command.main(_command(fashion4, "--against", "cpu", "--steps", str(STEPS))) == 0
+    assert parity(_command(fashion4, "--against", "cpu", "--steps", str(STEPS))) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("parity: train.py's step, test_resnet (adamw, batch 64) on npu:0 (float32) against cpu")
     assert "forced equal on both sides: channels-last off, fused optimizer step off" in lines[0]
     assert lines[-1].startswith("parity: pass (")  # ": identical)" alone; see the test above
     _plant_weight_decay(monkeypatch, 0.0)
     with pytest.raises(RunFailed, match="npu:0 differs from cpu beyond tolerance"):
-        command.main(_command(fashion4, "--steps", str(STEPS), "--results-file", str(table)))
+        parity(_command(fashion4, "--steps", str(STEPS), "--results-file", str(table)))
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("parity: FAIL at fc.weight (Linear): max rel err ")
     assert "> tol 0.001 (the change the update made to the weight, step 1; max abs err " in lines[-1]
@@ -149,7 +151,9 @@ def test_the_command_says_the_forced_choices_and_names_the_planted_weight(
     ],
 )
 def test_bad_train_mode_input_is_one_line(fashion4: Path, extra: list[str], words: str) -> None:
-    from vtools.commands import parity as command
+    from vtools.cli.runner import command_main
+
+    parity = command_main("parity")
 
     with pytest.raises(UsageError, match=re.escape(words)):
-        command.main(_command(fashion4, *extra))
+        parity(_command(fashion4, *extra))

@@ -104,7 +104,7 @@ def test_the_development_guide_quotes_the_code() -> None:
             "train/early_stop.py",
             "options/shared.py",
             "cli/benchmark_flags.py",
-            "commands/plot.py",
+            "cli/plot_flags.py",
         )
     ]
     assert len(blocks) == len(sources)

@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 
 from tests.conftest import DEVICE_TYPES, REPO, assert_one_line_error, device_flags, run_script, train_args
 from tests.scripts.probe_cases import checkpoint_tools as make
+from vtools.cli.runner import command_main
 
 EPOCHS = 4
 
@@ -183,11 +184,13 @@ def test_two_cleans_of_one_name_at_once_keep_their_own_contents(
         write(state, path, safetensors)
         if not nested:  # the second clean, a one-tensor checkpoint of the same name, once
             nested.append(1)
-            clean_checkpoint.main(["--checkpoint", str(tmp_path / "b" / "best.pth.tar"), "--output", str(out)])
+            command_main("clean-checkpoint")(
+                ["--checkpoint", str(tmp_path / "b" / "best.pth.tar"), "--output", str(out)]
+            )
 
     out = tmp_path / "out" / "best.pth"
     monkeypatch.setattr(clean_checkpoint, "write_weights", write_and_interleave)
-    clean_checkpoint.main(["--checkpoint", str(tmp_path / "a" / "best.pth.tar"), "--output", str(out)])
+    command_main("clean-checkpoint")(["--checkpoint", str(tmp_path / "a" / "best.pth.tar"), "--output", str(out)])
     cleaned = {len(torch.load(path, weights_only=True)): path for path in (tmp_path / "out").glob("best-*.pth")}
     assert sorted(cleaned) == [1, len(torch.load(tmp_path / "a" / "best.pth.tar", weights_only=True)["state_dict"])]
     for path in cleaned.values():

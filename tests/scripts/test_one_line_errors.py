@@ -53,6 +53,7 @@ from tests.conftest import (
     write_model_folder,
 )
 from tests.data.test_step_errors import planted, tiny_image
+from vtools.cli.runner import command_main
 
 DATA = REPO / "data" / "fashion-mnist-mini"
 NEEDS_DOWNLOAD = ["--model", "resnet18.a1_in1k", "--pretrained"]
@@ -331,9 +332,8 @@ RESUMABLE = [
 
 
 def _run_with_damaged_summary(tmp: Path) -> None:
-    from vtools.commands import train
 
-    assert train.main([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
+    assert command_main("train")([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
     (tmp / "run" / "summary.csv").write_bytes(b"\xff\xfe garbage\n")
 
 
@@ -375,9 +375,8 @@ def _finished_run_made_read_only(everything: bool) -> Callable[[Path], None]:
     """A finished run whose folder (``everything``: and every file in it, the lock too) is made read-only."""
 
     def setup(tmp: Path) -> None:
-        from vtools.commands import train
 
-        assert train.main([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
+        assert command_main("train")([arg.format(data=DATA, tmp=tmp) for arg in RESUMABLE]) == 0
         folder = tmp / "run"
         for path in [*folder.rglob("*"), folder] if everything else [folder]:
             path.chmod(path.stat().st_mode & ~0o222)

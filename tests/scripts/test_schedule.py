@@ -21,7 +21,7 @@ import yaml
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 
 from tests.conftest import DEVICE_TYPES, REPO, device_flags, run_script, summary
-from vtools.commands import train
+from vtools.cli.runner import command_main
 
 CLASSES = ["bag", "sneaker", "t-shirt_top", "trouser"]
 TRAIN_PER_CLASS, BATCH = 2, 2
@@ -207,7 +207,7 @@ def run_args(data: Path, out: Path, device_type: str, extra: list[str]) -> list[
 
 def train_in_process(data: Path, out: Path, extra: list[str]) -> Path:
     """One cpu train.py run in this process (no interpreter start-up per case); returns its run folder."""
-    assert train.main(run_args(data, out, "cpu", extra)) == 0
+    assert command_main("train")(run_args(data, out, "cpu", extra)) == 0
     return out / "run"
 
 

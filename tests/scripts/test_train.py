@@ -36,6 +36,7 @@ from tests.conftest import (
     train_args,
     weights,
 )
+from vtools.cli.runner import command_main
 
 PRECISIONS = [(d, None) for d in DEVICE_TYPES + SECOND_DEVICES] + [
     (d, dt) for d in DEVICE_TYPES if d != "cpu" for dt in ("bfloat16", "float16")
@@ -572,9 +573,10 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -
 
 
 def _train_in_process(data: Path, out: Path, name: str, *extra: str) -> int:
-    from vtools.commands import train
 
-    return train.main(train_args(data, out, name, "--device", "cpu", "--epochs", "2", "--workers", "0", *extra)[1:])
+    return command_main("train")(
+        train_args(data, out, name, "--device", "cpu", "--epochs", "2", "--workers", "0", *extra)[1:]
+    )
 
 
 def _signal_at_validation(monkeypatch: pytest.MonkeyPatch, epoch: int, times: int) -> None:

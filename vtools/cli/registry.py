@@ -1,5 +1,5 @@
-"""Every ``vtools`` command, listed once: its name, its line of help, where its code is, and whether its
-options are parsed before torch is imported.
+"""Every ``vtools`` command, listed once: its name and its line of help; its flags and its code are found
+from its name.
 
 ``python3 -m vtools`` (its usage and dispatch), the runner (vtools/cli/runner.py) and the rules tests
 (every command's parser generated from declarations) read this table; nothing else lists commands.
@@ -14,23 +14,27 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Command:
-    """One command: ``summary`` is its line in ``vtools --help``; ``flags``, where set, is the torch-free
-    module whose ``parse(argv)`` gives its checked options before torch loads (the command module's
-    ``run(options)`` then takes them); otherwise the command module's ``main(argv)`` parses."""
+    """One command: ``summary`` is its line in ``vtools --help``. Every command has the same two halves:
+    its flags module in vtools/cli/ (``<name>_flags.py``: ``build_parser()`` and ``parse(argv)``, torch-free,
+    so its options are read and checked before torch loads) and its command module in vtools/commands/,
+    whose ``run(options)`` takes what ``parse`` gave."""
 
     name: str
     summary: str
-    flags: str | None = None
 
     @property
     def module(self) -> str:
         return f"vtools.commands.{self.name.replace('-', '_')}"  # avg-checkpoints: avg_checkpoints
 
+    @property
+    def flags(self) -> str:
+        return f"vtools.cli.{self.name.replace('-', '_')}_flags"
+
 
 COMMANDS: tuple[Command, ...] = (
-    Command("train", "train a timm model from a YAML run file (train.py)", "vtools.cli.train_flags"),
-    Command("validate", "top-1 / top-5 of models on a labelled set (validate.py)", "vtools.cli.validate_flags"),
-    Command("infer", "top-k predictions for images (inference.py)", "vtools.cli.infer_flags"),
+    Command("train", "train a timm model from a YAML run file (train.py)"),
+    Command("validate", "top-1 / top-5 of models on a labelled set (validate.py)"),
+    Command("infer", "top-k predictions for images (inference.py)"),
     Command("env", "print versions, devices, AMP policy and environment for bug reports"),
     Command("export", "write a model as ONNX and check onnxruntime against PyTorch on real images"),
     Command("shards", "write an image folder as tar shards (or parquet) for --dataset wds/ (hfds/)"),
@@ -39,11 +43,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("parity", "run a model on two devices and name the first layer whose numbers differ beyond tolerance"),
     Command("avg-checkpoints", "average a run's best checkpoints into one set of weights (timm's avg_checkpoints.py)"),
     Command("clean-checkpoint", "a checkpoint's weights alone, hashed, for sharing (timm's clean_checkpoint.py)"),
-    Command(
-        "benchmark",
-        "a model's images per second, step time and peak memory on a device (timm's benchmark.py)",
-        "vtools.cli.benchmark_flags",
-    ),
+    Command("benchmark", "a model's images per second, step time and peak memory on a device (timm's benchmark.py)"),
     Command(
         "bulk",
         "validate.py or benchmark over a list of models, a process each, one results file (timm's bulk_runner.py)",
@@ -62,7 +62,5 @@ def command(name: str) -> Command:
 
 
 def build_parser(name: str) -> argparse.ArgumentParser:
-    """Command ``name``'s parser, as it parses (a command without a torch-free flags module imports its
-    command module, and so torch)."""
-    found = command(name)
-    return importlib.import_module(found.flags or found.module).build_parser()
+    """Command ``name``'s parser, as it parses (torch-free)."""
+    return importlib.import_module(command(name).flags).build_parser()

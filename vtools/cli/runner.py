@@ -33,15 +33,12 @@ def command_main(name: str) -> Callable[[list[str] | None], int | None]:
 
     def main(argv: list[str] | None) -> int | None:
         found = command(name)
-        options = None
-        if found.flags:
-            module = importlib.import_module(found.flags)
-            options = module.parse(argv)
-            if hasattr(module, "data_source"):  # a typo in a data path said before the imports
-                check_data_exists(module.data_source(options), options.dataset)
+        flags = importlib.import_module(found.flags)
+        options = flags.parse(argv)
+        if hasattr(flags, "data_source"):  # a typo in a data path said before the imports
+            check_data_exists(flags.data_source(options), options.dataset)
         import_torch()
-        code = importlib.import_module(found.module)
-        return code.main(argv) if options is None else code.run(options)
+        return importlib.import_module(found.module).run(options)
 
     return main
 

@@ -1,19 +1,6 @@
 """``vtools avg-checkpoints``: average a run's best checkpoints into one set of weights (timm's avg_checkpoints.py).
 
-The checkpoints under --input that match --filter are ranked by the metric each was saved with and the
-best -n are averaged (EMA weights where a checkpoint has them, unless --no-use-ema), in timm's arithmetic:
-the result equals timm's script's bit for bit (num_batches_tracked as float32, as timm writes it; vtools'
-loaders cast it back, as timm's do, so validate.py, inference.py and train.py --initial-checkpoint read
-it). A checkpoint whose metric is NaN ranks nowhere (left out, and said); fewer matches than -n are all
-averaged, and said.
-In a vtools run folder only the files its run ledger lists count (another run's, a copied-in file or one
-outside the folder is left out, and said). The weights go to --output as timm writes them (a state dict,
-.pth or .safetensors), and with --model-folder also as a new model folder that validate.py and
-inference.py take (the run's model/config.json beside them). Neither replaces an existing file or folder.
-
-Examples:
-  vtools avg-checkpoints --input runs/my-run --filter 'checkpoint-*.pth.tar' -n 3 --output avg.safetensors
-  vtools avg-checkpoints --input runs/my-run -n 3 --safetensors --model-folder runs/my-run-avg3
+Its options, and what ``--help`` says of it: vtools/cli/avg_checkpoints_flags.py.
 """
 
 from __future__ import annotations
@@ -29,8 +16,6 @@ from pathlib import Path
 import torch
 
 from vtools.atomic import atomic_copy, shared_file_mode
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
     average_weights,
@@ -42,24 +27,14 @@ from vtools.models.checkpoint_weights import (
     sha256_of,
     write_weights,
 )
-from vtools.options.tools import DEFAULT_AVERAGED, CheckpointToolFlags
+from vtools.options.tools import DEFAULT_AVERAGED
 from vtools.outputs import Output, check_outputs
 from vtools.run_ledger import LOCK_NAME, read_ledger
 
 DEFAULT_OUTPUT = DEFAULT_AVERAGED  # timm's, and ./averaged.safetensors with --safetensors
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vtools avg-checkpoints", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    names = ("input", "filter", "output", "no_use_ema", "no_sort", "n", "safetensors", "model_folder")
-    add_declared(parser, CheckpointToolFlags, only=names)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     output = output_path(args.output, args.safetensors)
     folder = Path(args.input or ".")
     candidates = run_checkpoints(folder, args.filter)

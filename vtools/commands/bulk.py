@@ -1,19 +1,7 @@
 """``vtools bulk``: run validate.py or ``vtools benchmark`` for each model of a list, each in a process of its
 own, into one results file (timm's bulk_runner.py).
 
-timm's flags and model lists: --model-list is a wildcard over timm's names (vit_*), all (with
---pretrained: the models that have weights), all_in1k or all_res, or a file of names, each then run at
-its pretrained input size and crop (and at its test size where it has one), as timm's runner does. The
-script and its arguments follow; ``--model NAME`` (and the size) is added per model. Without --model-list
-every timm model is planned, as in timm, and the count is said first. vtools' validate.py and benchmark
-check their arguments once here (a data path that does not exist stops the bulk run, not each model). A
-model whose run fails is a row with its error; the results file is rewritten after each model, and a bulk
-run started again skips the runs it already holds a row for, by model and input size (a failed one is
-tried again). A results file that is not such a table, or that is the --model-list file, is refused.
-
-Examples:
-  vtools bulk --model-list 'resnet1*' --results-file speeds.csv benchmark.py --bench inference
-  vtools bulk --model-list models.txt --results-file val.csv validate.py /data/imagenet/val --pretrained
+Its options, and what ``--help`` says of it: vtools/cli/bulk_flags.py.
 """
 
 from __future__ import annotations
@@ -31,11 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.commands.benchmark import check_list_apart, listed_names
 from vtools.errors import UsageError
-from vtools.options.tools import DEFAULT_BULK_RESULTS, BulkFlags
+from vtools.options.tools import DEFAULT_BULK_RESULTS
 from vtools.progress import progress
 from vtools.results import write_rows
 
@@ -44,14 +30,6 @@ DEFAULT_RESULTS = DEFAULT_BULK_RESULTS
 SCRIPTS = {name: ["-m", "vtools", name.removesuffix(".py")] for name in ("benchmark.py", "benchmark", "validate.py")}
 # the row columns that report each per-run flag (benchmark prefixes its sizes with infer_ and train_)
 RUN_COLUMNS = {"--img-size": ("img_size", "infer_img_size", "train_img_size"), "--crop-pct": ("crop_pct",)}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vtools bulk", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_declared(parser, BulkFlags)
-    return parser
 
 
 def command(args: argparse.Namespace) -> list[str]:
@@ -237,8 +215,7 @@ def _is_validate(args: argparse.Namespace) -> bool:
     return Path(args.script).name in ("validate.py", "validate") or args.script_args[:1] == ["validate"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     base = command(args)
     results = Path(args.results_file or DEFAULT_RESULTS)
     fmt = "json" if results.suffix == ".json" else "csv"

@@ -1,16 +1,6 @@
 """``vtools clean-checkpoint``: a training checkpoint's weights alone, for sharing (timm's clean_checkpoint.py).
 
-Keeps the state dict (the EMA weights where the checkpoint has them, unless --no-use-ema), drops the
-optimizer, scheduler and every other entry, removes DDP and torch.compile prefixes and, with
---clean-aux-bn, split-BN training's auxiliary layers, and writes the rest as timm does: named after
---output (or, without it, after the checkpoint, in the current folder) with the first 8 hex digits of
-the file's SHA-256 appended unless --no-hash, as .pth or, with --safetensors, .safetensors. The file is
-written under a staging name of its own (``.<name>.<random>.tmp``) and linked into place only where no
-file of its final name exists: nothing is ever written over.
-
-Examples:
-  vtools clean-checkpoint --checkpoint runs/my-run/model_best.pth.tar --output resnet50-mine.pth
-  vtools clean-checkpoint --checkpoint runs/my-run/model_best.pth.tar --safetensors --no-hash
+Its options, and what ``--help`` says of it: vtools/cli/clean_checkpoint_flags.py.
 """
 
 from __future__ import annotations
@@ -22,8 +12,6 @@ from pathlib import Path
 
 import torch
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.models.checkpoint_weights import (
     check_weights_name,
@@ -33,30 +21,10 @@ from vtools.models.checkpoint_weights import (
     without_aux_bn,
     write_weights,
 )
-from vtools.options.shared import ModelFlags
-from vtools.options.tools import CheckpointToolFlags
 from vtools.outputs import Output, check_outputs
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vtools clean-checkpoint", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_declared(
-        parser, ModelFlags, only=("checkpoint",), changes={"checkpoint": {"help": "the training checkpoint to clean"}}
-    )
-    changes = {"output": {"default": "", "help": "name (and folder) of the cleaned file"}}
-    add_declared(
-        parser,
-        CheckpointToolFlags,
-        only=("output", "no_use_ema", "no_hash", "clean_aux_bn", "safetensors"),
-        changes=changes,
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint)
     if not args.checkpoint or not checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint or '(none given)'}: no such file")

@@ -1,12 +1,6 @@
 """``vtools compare REPORT REPORT [...]``: class reports side by side, with each class's change.
 
-Each REPORT is a folder written by ``validate.py --report`` or a train.py run
-folder (its ``eval/``: the best epoch). Deltas are against the first REPORT,
-in points: before and after fine-tuning, npu against cpu on the same weights.
-
-Examples:
-  vtools compare reports/before reports/after
-  vtools compare runs/base runs/finetuned --output changes.csv
+Its options, and what ``--help`` says of it: vtools/cli/compare_flags.py.
 """
 
 from __future__ import annotations
@@ -15,8 +9,6 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
 from vtools.evaluation.report_compare import (
     class_rows,
@@ -26,21 +18,11 @@ from vtools.evaluation.report_compare import (
     report_inputs,
     report_kind,
 )
-from vtools.options.tools import CompareFlags
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="vtools compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_declared(parser, CompareFlags)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     if len(args.reports) < 2:
         raise UsageError("give two or more reports to compare (the first is the reference)")
     if args.output:

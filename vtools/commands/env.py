@@ -1,33 +1,22 @@
 """``vtools env``: print everything a device bug report needs (versions, devices, AMP policy, cpu
 budget, environment variables); with ``--device`` it reports on that device and fails in one
 line when it is unusable.
+
+Its options, and what ``--help`` says of it: vtools/cli/env_flags.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError, fail
 from vtools.observe.env_report import collect, format_report
-from vtools.options.shared import DeviceFlags
-from vtools.options.tools import EnvFlags
 from vtools.runtime import preflight
 from vtools.runtime.device import resolve_device
 
 
-def build_parser() -> OneLineParser:
-    parser = OneLineParser(prog="python -m vtools env", description=__doc__)
-    changes = {"device": {"help": "device to report on (default: auto)"}}
-    add_declared(parser, DeviceFlags, only=("device", "device_modules"), changes=changes)
-    add_declared(parser, EnvFlags)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     report = collect(args.device, tuple(args.device_modules or ()))
     print(format_report(report))
     sys.stdout.flush()

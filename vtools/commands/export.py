@@ -1,20 +1,6 @@
 """``python -m vtools export MODEL``: write the model as ONNX, and prove onnxruntime gives its logits.
 
-MODEL is a model folder (the ``.onnx`` lands inside it, beside the weights and
-the ``config.json`` that holds its preprocessing and class names), a timm name
-(with ``--pretrained``), or any of those with ``--checkpoint`` (the ``.onnx``
-lands beside the checkpoint). The batch dimension is dynamic; the input size is
-the model's data config.
-
-Opset 17 by default, written by torch's TorchScript exporter: onnxruntime runs
-it, and it is an opset Ascend's ATC takes to make an ``.om`` (not tested here).
-``--opset 18`` and above use torch's newer ``torch.export`` exporter instead.
-
-The file is written under a temporary name and checked before it is renamed
-into place: real images from ``--data`` go through the model's own eval
-preprocessing into both PyTorch and onnxruntime, and the largest logit
-difference and top-5 agreement are printed. A difference beyond the tolerance
-is an error (exit 3), and no file is left behind.
+Its options, and what ``--help`` says of it: vtools/cli/export_flags.py.
 """
 
 from __future__ import annotations
@@ -23,37 +9,16 @@ import argparse
 import os
 import sys
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
 from vtools.deploy.export import check_images, compare, default_output, write_onnx
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.optional import optional_module
-from vtools.options.shared import ModelFlags
-from vtools.options.tools import ExportFlags
 from vtools.outputs import Output, check_outputs
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m vtools export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_declared(parser, ExportFlags)
-    changes = {
-        "pretrained": {"help": "load a timm name's pretrained weights (model folders always bring theirs)"},
-        "checkpoint": {"help": "weights to load into the model"},
-        "use_ema": {"help": "the checkpoint's EMA weights"},
-    }
-    add_declared(
-        parser, ModelFlags, only=("pretrained", "checkpoint", "use_ema", "num_classes", "in_chans"), changes=changes
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     optional_module("onnx", "python -m vtools export")
     optional_module("onnxruntime", "python -m vtools export")
     target = default_output(args.output, args.checkpoint, args.model_name)

@@ -15,7 +15,6 @@ from typing import Any
 
 from vtools.cli.eval_flags import resolved_model_flags
 from vtools.cli.infer_flags import build_parser as build_parser  # inference.py's parser, as tests reach it
-from vtools.cli.infer_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.readers.folder import find_image_entries, read_class_map
@@ -173,11 +172,6 @@ def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tupl
         print(f"multi-label model: each image lists every class with probability >= {args.threshold} (not the top-k)")
         outputs = list(above_threshold(outputs, args.threshold, args.output_type))
     return make_rows(args, source.samples.name, outputs, labels, always_lists=multi_label), skipped
-
-
-def main(argv: list[str] | None = None) -> int:
-    """inference.py: the options parsed and checked (vtools/cli/infer_flags.py, no torch needed), then the run."""
-    return run(parse(argv))
 
 
 def run(args: argparse.Namespace) -> int:

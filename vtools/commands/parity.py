@@ -1,23 +1,6 @@
 """``python -m vtools parity MODEL --device npu --against cpu``: does a device compute what another does?
 
-The same weights (a timm name at random init, or --pretrained; a model folder; --checkpoint) and the
-same batch (images from --data through the model's eval preprocessing, else a seeded random batch) run
---steps SGD training steps on both devices: forward, loss, backward, update. Every leaf module's
-output, the loss, every parameter's gradient and updated value are compared, and the first one out of
-tolerance, in the order the run produced them, is named:
-
-    parity: FAIL at layer1.0.conv1 (Conv2d): max rel err 0.01 > tol 0.0001 (activation; ...)
-
-exit 3; ``parity: pass (...)`` exits 0. The error of a tensor is max|a - b| / (max|b| + 1e-12), b the
-reference's (vtools/observe/parity.py). --amp runs the device under its AMP policy against fp32 on the
-reference, with tolerances for the dtype; --tol and --grad-tol override. Both sides run contiguous tensors;
---channels-last puts the device side in channels_last. --results-file writes the per-layer table.
-
-``python -m vtools parity --train -c RUN.yaml [train.py's flags] --device npu --against cpu --steps N``
-compares train.py's own step instead (vtools/observe/parity_recipe.py): each side builds the run as
-train.py does (data and loader, model, timm's optimizer, loss, mixup, EMA, clipping) from the same weights
-and runs N batches through train.py's loop; the update is judged by the change it made to each weight.
-Every other flag is train.py's.
+Its two modes, its options and what ``--help`` says of it: vtools/cli/parity_flags.py.
 """
 
 from __future__ import annotations
@@ -28,14 +11,7 @@ from pathlib import Path
 
 import torch
 
-from vtools.cli import train_flags
-from vtools.cli.declared import add_declared
-from vtools.cli.options import (
-    add_device_args,
-    add_model_args,
-    add_preprocess_args,
-)
-from vtools.cli.parser import OneLineParser, check_ranges, check_values
+from vtools.cli.parser import check_values
 from vtools.cli.typed import typed_options
 from vtools.data.readers.folder import find_images
 from vtools.data.transforms import data_config_for
@@ -44,9 +20,7 @@ from vtools.derived_options import model_in_chans, preprocess_overrides, timm_mo
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.observe import parity, parity_recipe
-from vtools.options.shared import LoadingFlags, ResultFlags
-from vtools.options.tools import ParityFlags
-from vtools.options.train_job import OptimOptions, TrainJob
+from vtools.options.train_job import TrainJob
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.amp import resolve_amp
@@ -54,54 +28,6 @@ from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.options import RuntimeOptions
 from vtools.runtime.resolve import setup_runtime
-
-TRAIN_FLAG = "--train"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m vtools parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_declared(parser, ParityFlags, only=("model_name",))
-    group = add_comparison_args(parser)
-    add_declared(group, ParityFlags, only=("train", "data"))
-    changes = {
-        "batch_size": {"default": 8, "help": "batch size (default: 8)"},
-        "seed": {"help": "seed of weights, batch and targets"},
-        "lr": {"default": 0.01, "help": "SGD learning rate of the steps (default: 0.01)"},
-    }
-    add_declared(group, LoadingFlags, only=("batch_size",), changes=changes)
-    add_declared(group, OptimOptions, only=("lr",), changes=changes)
-    add_declared(group, LoadingFlags, only=("seed",), changes=changes)
-    add_model_args(parser)
-    add_preprocess_args(parser)
-    add_device_args(parser)
-    return parser
-
-
-def add_comparison_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """The flags both modes share (the reference, the steps, tolerances, the table); the group, for more."""
-    group = parser.add_argument_group(ParityFlags.title)
-    changes = {
-        "tol": {"help": _tolerance_help("each activation and the loss", 0)},
-        "grad_tol": {"help": _tolerance_help("each gradient and updated weight", 1)},
-    }
-    add_declared(group, ParityFlags, only=("against", "steps", "tol", "grad_tol"), changes=changes)
-    changes = {"results_file": {"help": "write the per-layer table here"}}
-    add_declared(group, ResultFlags, only=("results_file", "results_format"), changes=changes)
-    return group
-
-
-def _tolerance_help(what: str, column: int) -> str:
-    defaults = ", ".join(f"{name} {values[column]:g}" for name, values in parity.DEFAULT_TOLERANCES.items())
-    return f"allowed max relative error of {what} (default: by the device's compute dtype: {defaults})"
-
-
-def build_train_parser() -> argparse.ArgumentParser:
-    """--train's own flags, taken out of the command line before train.py's parser reads the rest."""
-    parser = OneLineParser(prog="python -m vtools parity --train", add_help=False, allow_abbrev=False)
-    add_comparison_args(parser)
-    return parser
 
 
 def check_args(args: argparse.Namespace) -> str:
@@ -129,11 +55,10 @@ def check_args(args: argparse.Namespace) -> str:
     return model_name
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if TRAIN_FLAG in argv and not {"-h", "--help"} & set(argv):
-        return main_train([arg for arg in argv if arg != TRAIN_FLAG])
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Compare the model on two devices, or (``--train``) train.py's own step (vtools/cli/parity_flags.py)."""
+    if args.train_args is not None:
+        return run_train(args, args.train_args)
     refuse_torchrun("python -m vtools parity")
     model_name = check_args(args)
     runtime = setup_runtime(typed_options(RuntimeOptions, args))  # --device, its AMP policy, the cpu budget
@@ -195,13 +120,9 @@ def trace_on(
         raise RunFailed(f"the model failed on {device}: {first}") from None
 
 
-def main_train(argv: list[str]) -> int:
-    """--train: train.py's own step on both devices (vtools/observe/parity_recipe.py); ``argv`` without --train."""
+def run_train(own: argparse.Namespace, train_args: argparse.Namespace) -> int:
+    """--train: train.py's own step on both devices (vtools/observe/parity_recipe.py)."""
     refuse_torchrun("python -m vtools parity --train")
-    parser = build_train_parser()
-    own, rest = parser.parse_known_args(argv)
-    check_ranges(parser, own)  # a known-args parse: the ranges OneLineParser.parse_args would check
-    train_args = train_flags.parse(rest)
     job = typed_options(TrainJob, train_args)
     refused = {"--torchcompile": job.model.torchcompile, "--model-dtype": job.runtime.model_dtype}
     refused["--resume"] = job.run.resume

@@ -1,32 +1,19 @@
 """``vtools plot RUN [RUN ...]``: draw loss, top-1 and lr against epoch for training runs into one PNG.
 
-Each RUN is a train.py run folder (or its summary.csv); train.py draws ``<run>/curves.png`` itself when it ends.
-One run is drawn into its own curves.png (the picture train.py drew, brought up to date); several runs need
-``-o``: a picture of several runs has no folder of its own, and a default name in the current folder would
-replace whatever file had it.
+Its options, and what ``--help`` says of it: vtools/cli/plot_flags.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-from vtools.cli.declared import add_declared
-from vtools.cli.parser import OneLineParser
 from vtools.errors import UsageError
-from vtools.options.tools import PlotFlags
 from vtools.outputs import Output, check_outputs
 
 
-def build_parser() -> OneLineParser:
-    parser = OneLineParser(prog="python -m vtools plot", description=__doc__.split("\n\n")[0])
-    add_declared(parser, PlotFlags)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     from vtools.observe.curves import plot_runs, read_summary_rows  # torch and matplotlib: after the parse
 
     runs = [Path(run) for run in args.runs]

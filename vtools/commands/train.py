@@ -21,7 +21,6 @@ from typing import Any
 from vtools.cli.config import dump_config
 from vtools.cli.declared import resume_changeable
 from vtools.cli.train_flags import build_parser as build_parser  # train.py's parser, as tests and tools reach it
-from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.data.readers.registry import Source
 from vtools.errors import EXIT_STREAM_LOST, UsageError
@@ -53,11 +52,6 @@ from vtools.train.run import Say, TrainingRun, set_up, stop_check_every
 from vtools.train.run_clock import RunClock, clock_text
 from vtools.train.run_files import CONFIG_NAMES, EVAL_DIR, MODEL_DIR, SUMMARY, TrainOutcome, write_run_config
 from vtools.train.run_lock import FolderClaim, owned_folder
-
-
-def main(argv: list[str] | None = None) -> int:
-    """train.py: the options parsed and checked (vtools/cli/train_flags.py, no torch needed), then the run."""
-    return run(parse(argv))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,6 @@ import timm
 from vtools.cli.eval_flags import resolved_model_flags
 from vtools.cli.typed import typed_options
 from vtools.cli.validate_flags import build_parser as build_parser  # validate.py's parser, as tests reach it
-from vtools.cli.validate_flags import parse
 from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.readers.folder import (
     labelled_images,
@@ -233,11 +232,6 @@ def _metrics_line(row: dict[str, Any], average: str | None) -> str:
         f" | Precision({average}) {row[f'{average}_precision']:.3f} | Recall({average}) "
         f"{row[f'{average}_recall']:.3f} | F1-score({average}) {row[f'{average}_f1_score']:.3f}"
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """validate.py: the options parsed and checked (vtools/cli/validate_flags.py, no torch needed), then the run."""
-    return run(parse(argv))
 
 
 def run(args: argparse.Namespace) -> int:

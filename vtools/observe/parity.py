@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from vtools.errors import RunFailed
+from vtools.options.tools import DEFAULT_TOLERANCES
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.overflow import FloatStatusFlag, float_status_flag
 
@@ -52,7 +53,6 @@ FLOOR = 1e-3
 # (autocast against fp32; timm's test_resnet, test_vit, test_efficientnet, test_convnext at random init):
 # worst activation 2.5e-2 (bf16) and 3.0e-3 (fp16), worst gradient 0.46 (bf16) and 0.16 (fp16): under AMP
 # the gradients only catch gross errors (nan, a wrong sign or scale).
-DEFAULT_TOLERANCES = {"float32": (1e-4, 1e-3), "float16": (1e-2, 0.5), "bfloat16": (5e-2, 1.0)}
 PHASES = ("forward", "loss", "backward", "update")
 PHASE_WORDS = {"forward": "activation", "loss": "loss", "backward": "gradient", "update": "weight after the update"}
 

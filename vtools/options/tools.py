@@ -16,6 +16,8 @@ from vtools.results import RESULT_FORMATS
 DELAY = Allowed(lambda v: math.isfinite(v) and v >= 0, "must be a number of seconds, 0 or more")
 DEFAULT_AVERAGED = "./averaged.pth"  # timm's avg_checkpoints.py output
 DEFAULT_BULK_RESULTS = "./results.csv"  # timm's bulk_runner.py
+# parity's tolerances by the device's compute dtype: (activations and the loss, gradients and updated weights)
+DEFAULT_TOLERANCES = {"float32": (1e-4, 1e-3), "float16": (1e-2, 0.5), "bfloat16": (5e-2, 1.0)}
 
 
 @dataclass(frozen=True, kw_only=True)
