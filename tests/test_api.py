@@ -275,3 +275,57 @@ def test_predict_equals_inference_py(
     assert len(rows) == 300
     last = capsys.readouterr().out.splitlines()[-1]  # the rows hold no device: the last line names it
     assert last == proc.stdout.splitlines()[-1] == f"300 images classified on {device}"
+
+
+# every command's options from keywords: one out-of-range keyword each, refused with its command line's words
+EVERY_COMMAND = [
+    ("train", {"data_dir": "d", "drop": 1.5}, "--drop must be from 0 up to (not including) 1, got 1.5"),
+    ("validate", {"data": "d", "model": "m", "img_size": 0}, "--img-size must be a positive integer, got 0"),
+    ("infer", {"data": "d", "model": "m", "topk": -1}, "--topk must be 0 (every class) or positive, got -1"),
+    ("env", {"threads": 1}, "command_options('env'): unknown option 'threads'"),
+    ("export", {"model_name": "m", "data": "d", "atol": -1}, "--atol must be 0 or more, got -1.0"),
+    ("shards", {"source": "a", "out": "b", "shard_size": 0}, "--shard-size must be a positive integer, got 0"),
+    ("plot", {"output": "x.png"}, "the following arguments are required: RUN"),
+    ("compare", {"reports": ["a", "b"], "top": -1}, "--top must be 0 or more, got -1"),
+    ("parity", {"model_name": "m", "steps": 0}, "--steps must be 1 or more, got 0"),
+    ("avg-checkpoints", {"n": 0}, "-n must be 1 or more, got 0"),
+    ("clean-checkpoint", {"output": "x", "no_hash": "yes"}, None),
+    ("benchmark", {"drop": 1.5}, "--drop must be from 0 up to (not including) 1, got 1.5"),
+    ("bulk", {"script": "validate.py", "delay": -1}, "--delay must be a number of seconds, 0 or more, got -1.0"),
+]
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+@pytest.mark.parametrize(("command", "keywords", "words"), EVERY_COMMAND, ids=[row[0] for row in EVERY_COMMAND])
+def test_every_commands_options_come_from_keywords_through_its_declarations(
+    command: str, keywords: dict, words: str | None
+) -> None:
+    """vtools.command_options(COMMAND, ...) is the command line's parse for keywords (as HfArgumentParser's
+    parse_dict): the same ranges and checks, for every registered command."""
+    import vtools
+
+    with pytest.raises(UsageError) as refused:
+        vtools.command_options(command, **keywords)
+    if words is None:  # a value of the wrong type: refused as the YAML file's would be
+        assert str(refused.value).startswith(f"command_options('{command}'): option")
+    else:
+        assert str(refused.value) == words
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+def test_every_command_is_in_the_table_and_its_defaults_are_its_parsers() -> None:
+    import vtools
+    from vtools.cli import registry
+
+    assert [row[0] for row in EVERY_COMMAND] == [known.name for known in registry.COMMANDS]
+    for command in ("env", "benchmark", "avg-checkpoints", "clean-checkpoint"):
+        assert vars(vtools.command_options(command)) == vars(registry.build_parser(command).parse_args([]))
+    assert vtools.command_options("benchmark", batch_size=8, model="resnet18").batch_size == 8
+
+
+@pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
+def test_an_unknown_command_is_named_with_the_commands() -> None:
+    import vtools
+
+    with pytest.raises(UsageError, match="no command 'trian' \\(commands: train, validate"):
+        vtools.command_options("trian")

@@ -8,15 +8,15 @@ The packages are layers; a module imports from its own layer and the ones below,
     errors, optional, progress, atomic, run_ledger, derived_options, outputs, results
                   the base: errors, imports, files, what groups of option values amount to
     runtime/      devices, guarded torch import, AMP policy, cpu budget, torch.distributed
-    options/      each option declared once: the typed options the library takes, their flags and ranges
-    cli/          argument parsing: shared flags, YAML run files, the command runner
+    options/      every command's options declared once: typed concerns, their flags, ranges and resume marks
+    cli/          the command registry, parsers generated from the declarations, YAML run files, the runner
     models/       timm models: creation, weights and checkpoints, model folders, ONNX models
     data/         decoding, datasets, loaders, sampling, readers/ (one per source kind), shard writer
     evaluation/   the evaluation and prediction loops
     train/        the training loop, recipe, checkpoints, resume, run folder lock
     deploy/ observe/   ONNX export; curves, profiling, environment report, cpu fallbacks, parity
     commands/     one module per command, named as the command
-    api, __main__    the Python API (fit, validate, predict) and the ``vtools`` command
+    api, __main__    the Python API (fit, validate, predict; any command's options) and the ``vtools`` command
 
 ``tests/rules/test_package_layers.py`` checks this order.
 """
@@ -27,7 +27,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-API = ("fit", "validate", "predict")  # vtools/api.py's functions, imported on first use: `import vtools` stays light
+API = (
+    "fit",
+    "validate",
+    "predict",
+    "command_options",
+)  # vtools/api.py's functions, imported on first use: a light import
 
 
 def __getattr__(name: str) -> Any:

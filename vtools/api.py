@@ -18,16 +18,18 @@ script, not a library; the training run installs its own signal handlers for its
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vtools.cli import infer_flags, train_flags, validate_flags
+from vtools.cli import registry
 from vtools.cli.config import resolve_options
+from vtools.errors import UsageError
 
 if TYPE_CHECKING:
     from vtools.train.run_files import TrainOutcome
 
-__all__ = ["fit", "predict", "validate"]
+__all__ = ["command_options", "fit", "predict", "validate"]
 
 
 def fit(config: str | Path | None = None, **options: Any) -> TrainOutcome:
@@ -53,16 +55,36 @@ def predict(config: str | Path | None = None, **options: Any) -> list[dict[str, 
     return predict_rows(infer_options(config, options))
 
 
+def command_options(command: str, config: str | Path | None = None, **keywords: Any) -> argparse.Namespace:
+    """Any command's options (``vtools.command_options("benchmark", model="resnet18", drop=0.1)``), as its command
+    line would give them: its declarations' defaults < the YAML file ``config`` < the keywords, each value
+    checked against its declared range, then the command's checks of several options together. A value it
+    would refuse raises the :class:`UsageError` it would print. ``command`` is a name of vtools/cli/registry.py."""
+    return _resolved(command, config, keywords, f"command_options({command!r})")
+
+
+def _resolved(command: str, config: str | Path | None, keywords: dict[str, Any], caller: str) -> argparse.Namespace:
+    try:
+        found = registry.command(command)
+    except KeyError:
+        names = ", ".join(known.name for known in registry.COMMANDS)
+        raise UsageError(f"{caller}: no command {command!r} (commands: {names})") from None
+    flags = importlib.import_module(found.flags)
+    resolved = resolve_options(flags.build_parser(), config, keywords, caller)
+    check = getattr(flags, "check", None)  # the cross-option checks; a tool whose flags need none has none
+    return check(resolved) if check is not None else resolved
+
+
 def train_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
     """train.py's options for these keywords, through train.py's own checks."""
-    return train_flags.check(resolve_options(train_flags.build_parser(), config, options, "fit()"))
+    return _resolved("train", config, options, "fit()")
 
 
 def validate_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
     """validate.py's options for these keywords, through validate.py's own checks."""
-    return validate_flags.check(resolve_options(validate_flags.build_parser(), config, options, "validate()"))
+    return _resolved("validate", config, options, "validate()")
 
 
 def infer_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
     """inference.py's options for these keywords, through inference.py's own checks."""
-    return infer_flags.check(resolve_options(infer_flags.build_parser(), config, options, "predict()"))
+    return _resolved("infer", config, options, "predict()")

@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """benchmark's options, with every check that reads only them done (each flag's range as it is read)."""
-    args = build_parser().parse_args(argv)
+    return check(build_parser().parse_args(argv))
+
+
+def check(args: argparse.Namespace) -> argparse.Namespace:
+    """The rules several of benchmark's options make together (the input's channels, --amp with a dtype)."""
     check_values(args)
     return args

@@ -290,11 +290,16 @@ def resolve_options(
             f"{caller}: the first argument is the path of a YAML run file (or None), not a {type(config).__name__}; "
             f"give options as keywords: {name}(epochs=1, ...) or {name}(**options)"
         )
+    given: dict[str, Any] = {}
     if config:
-        parser.set_defaults(**yaml_defaults(parser, read_yaml(config), str(config)))
+        given |= yaml_defaults(parser, read_yaml(config), str(config))
         if "config" in _options(parser):
-            parser.set_defaults(config=str(config))  # as -c FILE leaves it
-    parser.set_defaults(**keyword_values(parser, values, caller))
+            given["config"] = str(config)  # as -c FILE leaves it
+    given |= keyword_values(parser, values, caller)
+    parser.set_defaults(**given)
+    for action in parser._actions:  # argparse counts only strings as given: a required value set here is
+        if action.dest in given or action.nargs == argparse.REMAINDER:  # given (and an empty remainder is)
+            action.required = False
     return parser.parse_args([])
 
 

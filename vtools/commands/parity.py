@@ -57,7 +57,7 @@ def check_args(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Compare the model on two devices, or (``--train``) train.py's own step (vtools/cli/parity_flags.py)."""
-    if args.train_args is not None:
+    if getattr(args, "train_args", None) is not None:  # the Python API gives MODEL's options alone
         return run_train(args, args.train_args)
     refuse_torchrun("python -m vtools parity")
     model_name = check_args(args)
