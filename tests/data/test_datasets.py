@@ -12,9 +12,10 @@ from torch.utils.data import Dataset
 from tests.conftest import REPO
 from vtools.data.datasets import FileSamples, SampleStore
 from vtools.data.readers.hfds import TableSamples
-from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest
+from vtools.data.readers.registry import Source, SourceRequest
 from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples
 from vtools.data.readers.wds import ShardSamples
+from vtools.options.shared import SourceFlags
 
 pytestmark = pytest.mark.cpu_only(reason="host-side stores; nothing runs on a device")
 
@@ -66,7 +67,7 @@ def test_the_highest_label_comes_from_stored_labels_else_the_class_names() -> No
 
 
 def test_a_request_is_built_from_the_shared_data_flags() -> None:
-    flags = DatasetOptions(dataset="wds/x", dataset_download=True, input_key="jpg", target_key="cls")
+    flags = SourceFlags(dataset="wds/x", dataset_download=True, input_key="jpg", target_key="cls")
     request = SourceRequest.for_split(flags, "/data", "train", {"a": 0})
     assert request == SourceRequest("wds/x", "/data", "train", True, "jpg", "cls", {"a": 0})
 

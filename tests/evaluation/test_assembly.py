@@ -11,7 +11,7 @@ from tests.conftest import acting_dests
 from vtools.cli.infer_flags import build_parser as build_inference_parser
 from vtools.cli.typed import option_names
 from vtools.data.datasets import FileSamples
-from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest, open_source
+from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.model_flags import ReadyOptions
 from vtools.runtime.amp import resolve_amp
@@ -143,9 +143,13 @@ def inference_missing_and_extra(fields: set[str]) -> tuple[set[str], set[str]]:
     return dests - fields - set(INFERENCE_EDGE_ONLY), fields - dests - INFERENCE_RESOLVED
 
 
+# the data flags SourceRequest.for_split reads of SourceFlags (the others are the command's: SOURCE, its split)
+SOURCE_READ = {"dataset", "dataset_download", "input_key", "target_key"}
+
+
 def inference_fields() -> set[str]:
     """What inference.py's library calls read: the model and loader's options, the data's and the runtime's."""
-    return option_names(EvalOptions) | option_names(DatasetOptions) | option_names(RuntimeOptions)
+    return option_names(EvalOptions) | SOURCE_READ | option_names(RuntimeOptions)
 
 
 @pytest.mark.cpu_only(reason="compares dataclasses with the parser")

@@ -18,7 +18,7 @@ from vtools.cli.infer_flags import build_parser as build_parser  # inference.py'
 from vtools.cli.typed import typed_options
 from vtools.data.datasets import FileSamples, refuse_known_bad
 from vtools.data.readers.folder import find_image_entries, read_class_map
-from vtools.data.readers.registry import DatasetOptions, Source, SourceRequest, open_source
+from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.data.readers.scan import EntryList
 from vtools.errors import UsageError
 from vtools.evaluation.assembly import EvalModel, EvalOptions
@@ -27,6 +27,7 @@ from vtools.evaluation.multilabel_eval import above_threshold
 from vtools.models.create import is_multi_label_model, model_files, model_label
 from vtools.models.folder import label_lookup
 from vtools.observe.profiling import StepProfiler
+from vtools.options.shared import SourceFlags
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -140,7 +141,7 @@ def inference_source(args: argparse.Namespace, root: str) -> Source:
     """The images to classify: --dataset's split of ``root``, or the image files of SOURCE; under
     --on-bad-image error, refused first on entries known to be unreadable, before any model is built."""
     if args.dataset:
-        source = open_source(SourceRequest.for_split(typed_options(DatasetOptions, args), root, args.split))
+        source = open_source(SourceRequest.for_split(typed_options(SourceFlags, args), root, args.split))
     else:
         source = Source(folder_images(root, args.class_map), None, root)
     refuse_known_bad(source.samples, args.on_bad_image)

@@ -27,7 +27,7 @@ from vtools.data.readers.folder import (
     resolve_split_dir,
 )
 from vtools.data.readers.label_file import find_label_file
-from vtools.data.readers.registry import DatasetOptions, SourceRequest, open_source
+from vtools.data.readers.registry import SourceRequest, open_source
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.assembly import EvalOptions
 from vtools.evaluation.batch_retry import with_smaller_batches
@@ -41,6 +41,7 @@ from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import CONFUSION_PNG, RELIABILITY_PNG, draw_report_or_why_not
 from vtools.observe.run_trackers import validation_trackers
 from vtools.observe.tracking import Trackers
+from vtools.options.shared import SourceFlags
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -98,7 +99,7 @@ def check_data_first(args: argparse.Namespace) -> None:
     if not root:
         raise UsageError("give the data to validate (DIR or --data-dir)")
     if args.dataset or find_label_file(resolve_split_dir(root, args.split)):  # a labels file: its own checks
-        open_source(SourceRequest.for_split(typed_options(DatasetOptions, args), root, args.split))
+        open_source(SourceRequest.for_split(typed_options(SourceFlags, args), root, args.split))
     else:  # empty class folders are judged once the model says how labels are matched
         found = labelled_images(resolve_split_dir(root, args.split), check_empty=False)
         refuse_known_bad(FileSamples(found.entries.paths, unreadable=found.entries.unreadable), args.on_bad_image)

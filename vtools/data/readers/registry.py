@@ -22,19 +22,8 @@ from vtools.data.readers.folder import labelled_images, resolve_split_dir
 from vtools.data.readers.label_file import find_label_file, read_label_file
 from vtools.data.readers.torchvision import TorchvisionImages, TorchvisionSamples, torchvision_dataset
 from vtools.errors import UsageError
+from vtools.options.shared import SourceFlags
 from vtools.options.train_job import DataOptions
-
-
-@dataclass(frozen=True)
-class DatasetOptions:
-    """The data options every script shares, as validate.py and inference.py hand them over
-    (``vtools.cli.typed.typed_options``); train.py's :class:`~vtools.options.train_job.DataOptions` carries
-    the same fields among its own. Field names are the flags' dests."""
-
-    dataset: str
-    dataset_download: bool
-    input_key: str | None
-    target_key: str | None
 
 
 @dataclass(frozen=True)
@@ -51,7 +40,7 @@ class SourceRequest:
 
     @classmethod
     def for_split(
-        cls, flags: DatasetOptions | DataOptions, root: str, split: str, class_map: dict[str, int] | None = None
+        cls, flags: SourceFlags | DataOptions, root: str, split: str, class_map: dict[str, int] | None = None
     ) -> SourceRequest:
         """The request the scripts' shared data flags make for ``split`` of ``root`` (each script decides
         which of DIR and --data-dir is its root)."""
