@@ -15,6 +15,7 @@ from tests.scripts.test_one_line_errors import DEVICE, ROWS, Row, _Placeholders
 from vtools.api import infer_options, train_options, validate_options
 from vtools.cli import infer_flags, train_flags, validate_flags
 from vtools.cli.config import parse_with_config
+from vtools.cli.typed import command_options
 from vtools.errors import UsageError
 
 QUICK_START = REPO / "configs" / "fashion_mnist_cpu.yaml"
@@ -31,18 +32,18 @@ def test_keywords_over_the_yaml_file_over_defaults_as_flags_are() -> None:
     theirs = train_flags.parse(
         ["-c", str(QUICK_START), "--lr", "0.01", "--epochs", "2", "--scale", "0.5", "1.0", "--output", "out"]
     )
-    assert vars(ours) == vars(theirs)
-    assert (ours.lr, ours.opt, ours.momentum) == (0.01, "adamw", 0.9)  # keyword, file, default
+    assert ours == train_flags.typed(theirs)  # the job the command line gives train.py
+    assert (ours.optim.lr, ours.optim.opt, ours.optim.momentum) == (0.01, "adamw", 0.9)  # keyword, file, default
 
 
 @pytest.mark.cpu_only(reason="parses options; runs nothing on a device")
 def test_validate_and_predict_options_are_their_scripts() -> None:
     model = "runs/fashion-mnist-cpu/model"
-    assert vars(validate_options(None, {"data": SHIPPED_VAL, "model": model, "batch_size": 16})) == vars(
-        validate_flags.parse([str(SHIPPED_VAL), "--model", model, "--batch-size", "16"])
+    assert validate_options(None, {"data": SHIPPED_VAL, "model": model, "batch_size": 16}) == command_options(
+        "validate", validate_flags.parse([str(SHIPPED_VAL), "--model", model, "--batch-size", "16"])
     )
-    assert vars(infer_options(None, {"data_dir": str(SHIPPED_VAL), "model": model, "topk": 3})) == vars(
-        infer_flags.parse(["--data-dir", str(SHIPPED_VAL), "--model", model, "--topk", "3"])
+    assert infer_options(None, {"data_dir": str(SHIPPED_VAL), "model": model, "topk": 3}) == command_options(
+        "infer", infer_flags.parse(["--data-dir", str(SHIPPED_VAL), "--model", model, "--topk", "3"])
     )
 
 

@@ -5,16 +5,16 @@ installs what it needs when it starts (``vtools.cli.runner``).
 
 The packages are layers; a module imports from its own layer and the ones below, never above:
 
-    errors, optional, progress, atomic, run_ledger, derived_options, outputs, results
-                  the base: errors, imports, files, what groups of option values amount to
+    errors, optional, progress, atomic, run_ledger, run_events, derived_options, outputs, results
+                  the base: errors, imports, files, a run's events, what groups of option values amount to
     runtime/      devices, guarded torch import, AMP policy, cpu budget, torch.distributed
     options/      every command's options declared once: typed concerns, their flags, ranges and resume marks
     cli/          the command registry, parsers generated from the declarations, YAML run files, the runner
     models/       timm models: creation, weights and checkpoints, model folders, ONNX models
     data/         decoding, datasets, loaders, sampling, readers/ (one per source kind), shard writer
     evaluation/   the evaluation and prediction loops
-    train/        the training loop, recipe, checkpoints, resume, run folder lock
-    deploy/ observe/   ONNX export; curves, profiling, environment report, cpu fallbacks, parity
+    observe/      trackers, curves, profiling, environment report, cpu fallbacks, parity (none of train/)
+    train/ deploy/     the training loop, recipe, checkpoints, resume, run folder lock; ONNX export
     commands/     one module per command, named as the command
     api, __main__    the Python API (fit, validate, predict; any command's options) and the ``vtools`` command
 

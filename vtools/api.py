@@ -17,16 +17,18 @@ script, not a library; the training run installs its own signal handlers for its
 
 from __future__ import annotations
 
-import argparse
 import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtools.cli import registry
 from vtools.cli.config import resolve_options
+from vtools.cli.typed import command_options as typed_command_options
 from vtools.errors import UsageError
 
 if TYPE_CHECKING:
+    from vtools.options.declare import ParsedOptions
+    from vtools.options.train_job import TrainJob
     from vtools.train.run_files import TrainOutcome
 
 __all__ = ["command_options", "fit", "predict", "validate"]
@@ -55,15 +57,16 @@ def predict(config: str | Path | None = None, **options: Any) -> list[dict[str, 
     return predict_rows(infer_options(config, options))
 
 
-def command_options(command: str, config: str | Path | None = None, **keywords: Any) -> argparse.Namespace:
+def command_options(command: str, config: str | Path | None = None, **keywords: Any) -> Any:
     """Any command's options (``vtools.command_options("benchmark", model="resnet18", drop=0.1)``), as its command
-    line would give them: its declarations' defaults < the YAML file ``config`` < the keywords, each value
+    line would give them to its ``run`` (train's a ``TrainJob``, every other command's a frozen dataclass with a
+    typed field per flag): its declarations' defaults < the YAML file ``config`` < the keywords, each value
     checked against its declared range, then the command's checks of several options together. A value it
     would refuse raises the :class:`UsageError` it would print. ``command`` is a name of vtools/cli/registry.py."""
     return _resolved(command, config, keywords, f"command_options({command!r})")
 
 
-def _resolved(command: str, config: str | Path | None, keywords: dict[str, Any], caller: str) -> argparse.Namespace:
+def _resolved(command: str, config: str | Path | None, keywords: dict[str, Any], caller: str) -> Any:
     try:
         found = registry.command(command)
     except KeyError:
@@ -72,19 +75,19 @@ def _resolved(command: str, config: str | Path | None, keywords: dict[str, Any],
     flags = importlib.import_module(found.flags)
     resolved = resolve_options(flags.build_parser(), config, keywords, caller)
     check = getattr(flags, "check", None)  # the cross-option checks; a tool whose flags need none has none
-    return check(resolved) if check is not None else resolved
+    return typed_command_options(found.name, check(resolved) if check is not None else resolved)
 
 
-def train_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+def train_options(config: str | Path | None, options: dict[str, Any]) -> TrainJob:
     """train.py's options for these keywords, through train.py's own checks."""
     return _resolved("train", config, options, "fit()")
 
 
-def validate_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+def validate_options(config: str | Path | None, options: dict[str, Any]) -> ParsedOptions:
     """validate.py's options for these keywords, through validate.py's own checks."""
     return _resolved("validate", config, options, "validate()")
 
 
-def infer_options(config: str | Path | None, options: dict[str, Any]) -> argparse.Namespace:
+def infer_options(config: str | Path | None, options: dict[str, Any]) -> ParsedOptions:
     """inference.py's options for these keywords, through inference.py's own checks."""
     return _resolved("infer", config, options, "predict()")

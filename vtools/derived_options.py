@@ -3,7 +3,7 @@
 A rule about options that both the command line's checks and the code that acts on the options need (when
 batches are mixed, which channels a model is built with, what an interval of time means) is written here
 once; cli/ imports it to refuse what the rule forbids, the library to act on it, and neither imports the
-other. ``options`` below: an argparse Namespace or a typed options object with the flags' names.
+other. ``options`` below: a command's typed options, or a concern with the flags' names.
 """
 
 from __future__ import annotations

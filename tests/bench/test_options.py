@@ -9,7 +9,8 @@ import pytest
 from benchmarks.command import build_parser
 from benchmarks.options import BenchOptions, train_job
 from tests.conftest import REPO, acting_dests
-from vtools.cli.typed import option_names, typed_options
+from vtools.cli.typed import typed_options
+from vtools.options.declare import option_names
 
 pytestmark = pytest.mark.cpu_only(reason="compares dataclasses with the parser; runs nothing on a device")
 

@@ -237,7 +237,7 @@ def test_the_config_flag_and_a_dumped_config_run_again(tmp_path: Path) -> None:
     args = parse_with_config(parser, ["-c", str(config), "--epochs", "6"])
     assert (args.lr, args.epochs, args.config) == (0.5, 6, str(config))
     dumped = tmp_path / "again.yaml"
-    dumped.write_text(dump_config(args, dumped))
+    dumped.write_text(dump_config(vars(args)))
     assert "config" not in read_yaml(dumped)
     again = parse_with_config(_parser_with_config(), ["--config", str(dumped)])
     assert {key: value for key, value in vars(again).items() if key != "config"} == {

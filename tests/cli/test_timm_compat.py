@@ -195,7 +195,7 @@ def test_our_config_yaml_gives_timm_every_value(tmp_path: Path) -> None:
     """timm's ``train.py -c config.yaml`` on the file a vtools run writes: every timm option comes back with
     the run's value (a hyphenated file would lose batch-size, layer-decay and every multi-word key)."""
     ours = parse_with_config(our_parser("train.py"), [*RECIPE, "--data-dir", "/data/x", "--batch-size", "48"])
-    text = dump_config(ours, tmp_path / "config.yaml")
+    text = dump_config(vars(ours))
     read_by_timm = vars(timm_reads_config("train.py", text))
     lost = {
         option["dest"]: (getattr(ours, option["dest"]), read_by_timm[option["dest"]])

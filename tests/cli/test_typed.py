@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import typing
 
 import pytest
 
-from vtools.cli.typed import option_names, typed_options
+from vtools.cli import registry, train_flags
+from vtools.cli.typed import command_options, generated_options, options_type, typed_options
+from vtools.options.declare import ANNOTATION, option_names
+from vtools.options.train_job import TrainJob
 
 pytestmark = pytest.mark.cpu_only(reason="builds dataclasses; runs nothing on a device")
 
@@ -49,3 +53,46 @@ def test_a_missing_option_names_the_field() -> None:
 
 def test_option_names_walk_the_concerns() -> None:
     assert option_names(Job) == {"lr", "epochs", "model", "workers"}
+
+
+# ---------------------------------------------------------------- every command's typed options (issue 62)
+
+
+@pytest.mark.parametrize("name", [found.name for found in registry.COMMANDS])
+def test_each_command_runs_with_one_typed_field_per_flag(name: str) -> None:
+    """A command's options have exactly its parser's flags, each typed by its declaration, holding what the
+    parse gave, and nothing below the command line can change them."""
+    parser = registry.build_parser(name)
+    declared = {action.dest: action for action in parser._actions if action.dest != "help"}
+    cls = options_type(name)
+    hints = typing.get_type_hints(cls)
+    assert set(hints) == set(declared)
+    assert all(hints[dest] == getattr(action, ANNOTATION) for dest, action in declared.items())
+    parsed = parser.parse_args([]) if not _required(parser) else None
+    if parsed is not None:
+        options = generated_options(name, parsed)
+        assert options.values() == vars(parsed)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            options.device = "planted"  # type: ignore[attr-defined]
+
+
+def _required(parser: argparse.ArgumentParser) -> bool:
+    return any(action.required for action in parser._actions)
+
+
+def test_train_runs_with_the_job_that_carries_every_option() -> None:
+    """train.py's job holds every value its parse gave (config.yaml, the checkpoints and the trackers are made
+    from it), and a value the flags give reaches the concern the code reads."""
+    parsed = train_flags.parse(["/data", "--lr", "0.25", "--model", "resnet10t", "--pin-mem"])
+    job = command_options("train", parsed)
+    assert isinstance(job, TrainJob)
+    assert job.values() == vars(parsed)
+    assert (job.optim.lr, job.model.model, job.timm.pin_mem) == (0.25, "resnet10t", True)
+
+
+def test_a_missing_flag_in_the_generated_type_is_seen() -> None:
+    """Planted: a parse lacking one of the command's flags keeps the declared default, so the field list is
+    the parser's, not the parse's."""
+    parsed = argparse.Namespace(device="cpu")  # env's other flags absent
+    options = generated_options("env", parsed)
+    assert (options.device, options.check) == ("cpu", False)

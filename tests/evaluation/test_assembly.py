@@ -9,11 +9,11 @@ import torch
 
 from tests.conftest import acting_dests
 from vtools.cli.infer_flags import build_parser as build_inference_parser
-from vtools.cli.typed import option_names
 from vtools.data.datasets import FileSamples
 from vtools.data.readers.registry import Source, SourceRequest, open_source
 from vtools.evaluation.assembly import EvalModel, EvalOptions
 from vtools.evaluation.model_flags import ReadyOptions
+from vtools.options.declare import option_names
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan
 from vtools.runtime.options import RuntimeOptions

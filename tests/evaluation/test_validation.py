@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from tests.conftest import acting_dests
-from vtools.cli.typed import option_names
 from vtools.cli.validate_flags import build_parser
 from vtools.evaluation.assembly import EvalOptions
 from vtools.evaluation.model_flags import ReadyOptions
 from vtools.evaluation.validation import ValidationOptions
+from vtools.options.declare import option_names
 from vtools.runtime.options import RuntimeOptions
 
 pytestmark = pytest.mark.cpu_only(reason="compares dataclasses with the parser; runs nothing on a device")

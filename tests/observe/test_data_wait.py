@@ -24,9 +24,10 @@ from vtools.observe.data_wait import (
     filesystem_of,
     on_local_disk,
 )
+from vtools.run_events import LogPoint
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.cpu_budget import plan
-from vtools.train.loop import LogPoint, TrainComponents, train_one_epoch
+from vtools.train.loop import TrainComponents, train_one_epoch
 from vtools.train.run_clock import RunClock, clock_text
 
 STEPS, PAUSE = 6, 0.04

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import typing
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO, summary, train_args
+from tests.observe import jsonl_tracker
 from vtools.cli import train_flags
 from vtools.cli.typed import typed_options
+from vtools.observe import run_trackers
 from vtools.observe.mlflow_tracker import RUN_ID_TAG, MlflowTracker, MlflowValidation
-from vtools.observe.run_trackers import training_trackers, validation_trackers
-from vtools.observe.tracking import TRACKING_FILE, RunEnd
+from vtools.observe.run_trackers import TRACKERS, training_trackers, validation_trackers
+from vtools.observe.tensorboard_tracker import TensorBoardTracker
+from vtools.observe.tracking import TRACKING_FILE
 from vtools.observe.wandb_tracker import WANDB_FOLDER, WandbTracker
+from vtools.options.shared import TrackingFlags
 from vtools.options.train_job import TrainJob
+from vtools.run_events import RunEnd
 from vtools.train.run_lock import owned_folder
 
 pytestmark = pytest.mark.cpu_only(reason="the trackers run on the host whatever the device")
@@ -69,8 +78,79 @@ def test_both_trackers_start_with_the_folder_id_name_and_tags(tmp_path: Path, mo
 
 
 def test_validation_trackers_are_mlflow_only_and_only_when_asked() -> None:
-    assert validation_trackers(None, None, {}, {}, print).feeds == []
-    trackers = validation_trackers("sqlite:///:memory:", "e", {"model": "m"}, {"device": "cpu"}, print)
+    assert validation_trackers(TrackingFlags(), {}, {}, print).feeds == []
+    flags = TrackingFlags(log_mlflow="sqlite:///:memory:", mlflow_experiment="e", log_wandb=True)
+    trackers = validation_trackers(flags, {"model": "m"}, {"device": "cpu"}, print)
     (feed,) = trackers.feeds
     assert isinstance(feed.tracker, MlflowValidation) and feed.tracker.options == {"model": "m"}
+    assert feed.tracker.uri == "sqlite:///:memory:" and feed.tracker.experiment == "e"
     trackers.close(RunEnd("FINISHED", {}))
+
+
+def test_tensorboard_is_a_tracker_that_enters_its_folder_and_keeps_no_tracking_id(tmp_path: Path) -> None:
+    """--log-tensorboard alone: one tracker writing <run>/tensorboard, entered in the folder's ledger; no
+    tracker of it continues a run on --resume, so no tracking.json is written."""
+    said: list[str] = []
+    with owned_folder(tmp_path / "run") as claim:
+        trackers = training_trackers(job("--log-tensorboard"), {}, claim, False, "cpu", said.append, True)
+        (feed,) = trackers.feeds
+        assert isinstance(feed.tracker, TensorBoardTracker) and feed.tracker.folder == claim.folder / "tensorboard"
+        assert claim.ledger == {"tensorboard"} and not (claim.folder / TRACKING_FILE).exists()
+        trackers.begin()
+        assert trackers.close(RunEnd("FINISHED", {})) == []
+    assert said == [f"tracking: TensorBoard ({tmp_path / 'run' / 'tensorboard'})"]
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_every_tracker_is_asked_for_by_declared_option_fields() -> None:
+    """An entry's flags are fields of the one tracking concern both commands hold (train.py's job.tracking,
+    validate.py's TrackingFlags); the first of them, given, asks for it."""
+    fields = {field.name for field in dataclasses.fields(TrackingFlags)}
+    assert typing.get_type_hints(TrainJob)["tracking"] is TrackingFlags
+    assert [entry.name for entry in TRACKERS] == ["TensorBoard", "W&B", "MLflow"]
+    for entry in TRACKERS:
+        assert entry.flags and entry.asked is None, entry.name
+        assert set(entry.flags) <= fields, entry.name
+    asked = job("--log-tensorboard", "--log-mlflow").tracking
+    assert [entry.name for entry in TRACKERS if entry.wanted(asked)] == ["TensorBoard", "MLflow"]
+    assert not any(entry.wanted(job().tracking) for entry in TRACKERS)
+
+
+# ---------------------------------------------------------------- docs/development.md's tracker
+
+
+def test_the_development_guide_shows_the_registry_and_a_real_tracker() -> None:
+    """ "Adding a tracker" quotes the registry line as run_trackers.py has it and the whole of the suite's
+    JSON-lines tracker, the module the next test runs in train.py and validate.py."""
+    guide = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    registry, module = re.findall(r"```python\n(.*?)```", guide[guide.index("## Adding a tracker") :], re.S)
+    assert registry in (REPO / "vtools" / "observe" / "run_trackers.py").read_text(encoding="utf-8")
+    assert module == Path(jsonl_tracker.__file__).read_text(encoding="utf-8")
+
+
+def test_a_tracker_written_as_the_guide_says_runs_in_train_and_validate(
+    fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The guide's tracker, its entry added to the registry and switched on as it says, is sent train.py's
+    log steps, its summary.csv rows and its end, then validate.py's results row: both commands, in process."""
+    from vtools.cli.runner import command_main
+
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setattr(run_trackers, "TRACKERS", (*run_trackers.TRACKERS, jsonl_tracker.ENTRY))
+    monkeypatch.setenv(jsonl_tracker.VARIABLE, str(events))
+    argv = train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-interval", "4")
+    assert command_main("train")(argv[1:]) == 0
+    said = capsys.readouterr().out
+    assert f"tracking: JSON lines ({events})" in said and said.count("JSON lines") == 1  # no warning, none lost
+    sent = [json.loads(line) for line in events.read_text(encoding="utf-8").splitlines()]
+    assert [line["kind"] for line in sent] == ["step", "step", "epoch", "end"]
+    assert [line["num_updates"] for line in sent[:2]] == [4, 7]  # 240 images / 32: 7 updates, logged at 4 and the last
+    (row,) = summary(tmp_path / "run")
+    assert {key: str(value) for key, value in sent[2].items() if key != "kind"} == row
+    assert sent[3]["status"] == "FINISHED" and sent[3]["epochs"] == 1
+    validate = [str(fashion4 / "val"), "--model", str(tmp_path / "run" / "model"), "--device", "cpu"]
+    assert command_main("validate")([*validate, "--batch-size", "32", "--workers", "1"]) == 0
+    said = capsys.readouterr().out
+    assert f"tracking: JSON lines ({events})" in said and said.count("JSON lines") == 1
+    result, end = (json.loads(line) for line in events.read_text(encoding="utf-8").splitlines()[4:])
+    assert result["kind"] == "result" and result["samples"] == 60 and end == {"kind": "end", "status": "FINISHED"}

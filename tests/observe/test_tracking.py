@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import file_permissions_can_apply, run_script
 from vtools.observe.tracking import (
     TRACKING_FILE,
-    RunEnd,
     Trackers,
     epoch_metrics,
     failure_text,
@@ -26,7 +25,7 @@ from vtools.observe.tracking import (
     tracker_package,
     tracking_id,
 )
-from vtools.train.loop import LogPoint
+from vtools.run_events import LogPoint, RunEnd
 
 pytestmark = pytest.mark.cpu_only(reason="the trackers' threads run on the host whatever the device")
 
@@ -210,7 +209,8 @@ STORE_GOES_READ_ONLY = """
 import os, sys, time
 from pathlib import Path
 from vtools.observe.mlflow_tracker import MlflowTracker
-from vtools.observe.tracking import RunEnd, TrackedRun, Trackers
+from vtools.observe.tracking import TrackedRun, Trackers
+from vtools.run_events import RunEnd
 
 folder = Path(sys.argv[1])
 store = folder / "store"

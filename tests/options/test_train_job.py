@@ -10,13 +10,11 @@ import pytest
 
 from vtools.cli.timm_compat import no_op_flags, refused_flags
 from vtools.cli.train_flags import build_parser, parse
-from vtools.cli.typed import option_names, typed_options
-from vtools.options.declare import declaration, declared_fields, default_of
-from vtools.options.train_job import TrainJob
+from vtools.cli.typed import typed_options
+from vtools.options.declare import declaration, declared_fields, default_of, option_names
+from vtools.options.train_job import TimmOnlyOptions, TrainJob
 
 pytestmark = pytest.mark.cpu_only(reason="builds dataclasses from the parser; runs nothing on a device")
-
-NOT_OPTIONS = {"config", "help"}  # the YAML file's name and --help: read by the parser, not by the run
 
 
 def concerns() -> list[type]:
@@ -24,26 +22,31 @@ def concerns() -> list[type]:
     return [hints[field.name] for field in dataclasses.fields(TrainJob)]
 
 
-def acting_dests() -> set[str]:
-    """The dests of train.py's flags that change the run: all but the timm flags accepted as no-ops or refused."""
+def inert_dests() -> set[str]:
+    """The dests of timm's flags accepted here without effect or refused at any value but timm's default."""
     parser = build_parser()
     inert = {*refused_flags(parser), *no_op_flags(parser)}
-    return {
-        action.dest
-        for action in parser._actions
-        if action.dest not in NOT_OPTIONS and max(action.option_strings or [action.dest], key=len) not in inert
-    }
+    return {action.dest for action in parser._actions if max(action.option_strings or [action.dest], key=len) in inert}
 
 
 def missing_and_extra(job_names: set[str]) -> tuple[set[str], set[str]]:
-    dests = acting_dests()
+    dests = {action.dest for action in build_parser()._actions} - {"help"}
     return dests - job_names, job_names - dests
 
 
 def test_every_option_is_a_field_of_the_job_and_nothing_else() -> None:
+    """The job carries every option (config.yaml, the checkpoints and the trackers are made from it)."""
     missing, extra = missing_and_extra(option_names(TrainJob))
     assert not missing, f"train.py options no concern of TrainJob holds: {sorted(missing)}"
     assert not extra, f"TrainJob fields that are no train.py option: {sorted(extra)}"
+
+
+def test_the_flags_without_effect_are_kept_apart() -> None:
+    """No concern the training code reads holds a flag that changes nothing; the timm concern holds only those."""
+    inert = inert_dests()
+    assert option_names(TimmOnlyOptions) == inert
+    acting = set().union(*(option_names(concern) for concern in concerns() if concern is not TimmOnlyOptions))
+    assert not acting & inert
 
 
 def test_a_missing_field_is_caught() -> None:
@@ -96,7 +99,8 @@ def test_the_development_guide_quotes_the_code() -> None:
     from tests.conftest import REPO
 
     guide = (REPO / "docs" / "development.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    # the tracker section's blocks are tests/observe/test_run_trackers.py's to check
+    blocks = re.findall(r"```python\n(.*?)```", guide.split("## Adding a tracker")[0], re.S)
     sources = [
         REPO / "vtools" / name
         for name in (

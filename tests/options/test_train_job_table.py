@@ -195,7 +195,7 @@ def built_from(args: Any) -> dict[str, Any]:
     from vtools.train import recipe
     from vtools.train.assemble import build_model, train_sampler
 
-    job = typed_options(TrainJob, args)
+    job = args if isinstance(args, TrainJob) else typed_options(TrainJob, args)  # the API gives the job
     torch.manual_seed(0)
     model = build_model(job.model, job.model.num_classes or CLASSES, torch.device("cpu"))
     found: dict[str, Any] = {

@@ -23,6 +23,7 @@ TESTED_ELSEWHERE = {
     "vtools/optional.py": "two lines of import guarding; every optional-extra test goes through it",
     "vtools/progress.py": "tqdm settings; the scripts' progress lines are checked in tests/scripts/",
     "vtools/run_ledger.py": "the ledger: tests/test_outputs.py (other runs' files), tests/scripts/test_run_safety.py",
+    "vtools/run_events.py": "the run's events: tests/observe/test_tracking.py sends them, test_run_trackers.py claims",
     "vtools/runtime/resolve.py": "flags to a runtime: every script test; tests/runtime/test_cpu_budget.py",
     "vtools/runtime/torch_import.py": "the guarded import: tests/observe/test_env_report.py breaks torch for real",
     "vtools/options/values.py": "torch-free flag values: tests/cli/test_runner.py and tests/cli/test_train_flags.py",

@@ -21,6 +21,7 @@ LAYERS = (
         "vtools.progress",
         "vtools.atomic",
         "vtools.run_ledger",
+        "vtools.run_events",
         "vtools.derived_options",
         "vtools.outputs",
         "vtools.results",
@@ -31,8 +32,8 @@ LAYERS = (
     ("vtools.models",),
     ("vtools.data",),
     ("vtools.evaluation",),
-    ("vtools.train",),
-    ("vtools.deploy", "vtools.observe"),
+    ("vtools.observe",),  # below train: it reads the run's events (vtools/run_events.py), never the training code
+    ("vtools.train", "vtools.deploy"),
     ("vtools.commands",),
     ("vtools.api", "vtools.__main__"),
 )

@@ -26,8 +26,8 @@ DATA = REPO / "data" / "fashion-mnist-mini"
 
 def test_numbers_people_write_in_yaml_are_numbers(tmp_path: Path) -> None:
     """YAML 1.1 reads 1e-3 as a string; a float option takes it as the number it is."""
+    from vtools.cli import train_flags as train
     from vtools.cli.config import parse_with_config
-    from vtools.commands import train
 
     config = tmp_path / "run.yaml"
     config.write_text("lr: 1e-3\nwarmup-lr: 5E-6\n")

@@ -34,8 +34,8 @@ def test_there_are_configs() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_is_valid(path: Path) -> None:
+    from vtools.cli import train_flags as train
     from vtools.cli.config import read_yaml, yaml_defaults
-    from vtools.commands import train
 
     parser = train.build_parser()
     values = yaml_defaults(parser, read_yaml(path), str(path))
@@ -142,9 +142,9 @@ def test_the_deit_recipe_trains_200_steps_on_the_installed_pillow(tmp_path: Path
 
 
 def _parsed(tmp_path: Path, text: str, *argv: str):
+    from vtools.cli import train_flags as train
     from vtools.cli.config import parse_with_config
     from vtools.cli.train_flags import check_train_args
-    from vtools.commands import train
 
     (tmp_path / "run.yaml").write_text(text, encoding="utf-8")
     args = parse_with_config(train.build_parser(), ["-c", str(tmp_path / "run.yaml"), *argv])

@@ -730,14 +730,30 @@ def test_a_run_checkpoint_validates_with_the_runs_preprocessing(fashion4: Path, 
 
 
 @pytest.mark.cpu_only(reason="the seam's result is host-side; the runs it wraps are tested on every device above")
-def test_train_run_says_how_the_run_ended(fashion4: Path, tmp_path: Path) -> None:
+def test_train_run_says_how_the_run_ended(fashion4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """train_run (the seam the Python API calls) trains as train.py does and returns the run's folder, its
-    model folder and the summary.csv rows it wrote."""
-    from vtools.cli.train_flags import parse
+    model folder and the summary.csv rows it wrote. The learning rate walks from its flag through the job
+    alone: to the optimizer, config.yaml, the trackers' parameters, the checkpoint and the resume check."""
+    from vtools.cli.config import read_yaml
+    from vtools.cli.train_flags import parse, typed
     from vtools.commands import train
+    from vtools.train.resume import SavedOptions, experiment_changes
 
+    told: list[dict] = []
+    watch_run = train.watch_run
+    monkeypatch.setattr(train, "watch_run", lambda *a: told.append(a[-1]) or watch_run(*a))  # the trackers' params
     argv = train_args(fashion4, tmp_path, "outcome", "--device", "cpu", "--epochs", "1", "--workers", "0")
-    outcome = train.train_run(parse(argv[1:]))
+    job = typed(parse([*argv[1:], "--lr", "0.0123", "--warmup-epochs", "0", "--sched", "step"]))
+    outcome = train.train_run(job)
+    assert float(outcome.summary[0]["lr"]) == pytest.approx(0.0123)  # what the optimizer stepped with
+    assert read_yaml(outcome.folder / "config.yaml")["lr"] == 0.0123
+    assert told[0]["lr"] == 0.0123 and told[0] == {**job.values(), "batch_size": told[0]["batch_size"]}
+    state = torch.load(outcome.folder / "last.pth.tar", map_location="cpu", weights_only=True)
+    assert state["args"]["lr"] == 0.0123
+    other = typed(parse([*argv[1:], "--lr", "0.5", "--warmup-epochs", "0", "--sched", "step"]))
+    same = experiment_changes(state, SavedOptions.of(job), [], 0, 1)  # (no classes given: those differ)
+    changed = experiment_changes(state, SavedOptions.of(other), [], 0, 1)
+    assert [change for change in changed if change not in same] == ["--lr 0.0123 -> 0.5"]
     assert (outcome.code, outcome.folder, outcome.model_dir) == (
         0,
         tmp_path / "outcome",

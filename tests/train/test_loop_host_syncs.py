@@ -18,17 +18,18 @@ import torch
 from torch.utils.data import Dataset
 
 from tests.conftest import load_emulated_npu
+from vtools.cli import train_flags
 from vtools.cli.typed import typed_options
-from vtools.commands import train
 from vtools.data.loaders import DeviceLoader, make_loader
 from vtools.evaluation.loops import evaluate, predict
 from vtools.evaluation.predictions import PredictionLog
 from vtools.observe.mlflow_tracker import MlflowTracker
-from vtools.observe.tracking import RunEnd, TrackedRun, Trackers
+from vtools.observe.tracking import TrackedRun, Trackers
 from vtools.options.train_job import TrainJob
+from vtools.run_events import LogPoint, RunEnd
 from vtools.runtime.amp import resolve_amp
 from vtools.train import recipe
-from vtools.train.loop import LogPoint, TrainComponents, train_one_epoch
+from vtools.train.loop import TrainComponents, train_one_epoch
 
 load_emulated_npu()
 
@@ -69,7 +70,9 @@ def syncs(run: Callable[[], object]) -> int:
 
 def recipe_components(extra: list[str]) -> TrainComponents:
     """A model and the real recipe (optimizer, schedule, loss, mixup, EMA) from train.py's own flags."""
-    job = typed_options(TrainJob, train.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra]))
+    job = typed_options(
+        TrainJob, train_flags.build_parser().parse_args(["--model", "test_resnet", "--lr", "0.01", *extra])
+    )
     torch.manual_seed(0)
     model = timm.create_model("test_resnet", num_classes=CLASSES).to(NPU)
     optimizer = recipe.build_optimizer(model, job.optim, job.optim.lr)

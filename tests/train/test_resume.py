@@ -585,21 +585,21 @@ def test_a_run_saved_before_the_options_were_declared_resumes_unchanged(tmp_path
     version parsed them (tests/data/train_args_before_61.json, recorded from it): today the same command line
     parses to the same values, its config.yaml trains again with -c, the same options may change on resume,
     and the resume comparison finds nothing changed."""
-    import argparse
     import json
 
     from tests.conftest import REPO
     from vtools.cli.config import dump_config
-    from vtools.cli.train_flags import build_parser, parse
+    from vtools.cli.train_flags import build_parser, parse, typed
 
     recorded = json.loads((REPO / "tests" / "data" / "train_args_before_61.json").read_text(encoding="utf-8"))
-    now = vars(parse(recorded["argv"]))
+    job = typed(parse(recorded["argv"]))
+    now = job.values()  # the job alone carries the options: checkpoints, config.yaml and the trackers read it
     assert now == recorded["args"]
-    may_change = resume_changeable(build_parser())
-    assert sorted(may_change) == recorded["may_change"]
+    may_change = SavedOptions.of(job).may_change  # from the declarations, no parser
+    assert sorted(may_change) == recorded["may_change"] == sorted(resume_changeable(build_parser()))
     config = tmp_path / "config.yaml"
-    config.write_text(dump_config(argparse.Namespace(**recorded["args"]), config), encoding="utf-8")
-    again = vars(parse(["-c", str(config)]))
+    config.write_text(dump_config(recorded["args"]), encoding="utf-8")
+    again = typed(parse(["-c", str(config)])).values()
     assert {key: again[key] for key in now if key not in ("config", "data")} == {
         key: value for key, value in now.items() if key not in ("config", "data")
     }

@@ -54,13 +54,13 @@ def a_run(
     nothing = None
     return TrainingRun(
         SETTINGS,
+        plan=nothing,
         data=nothing,
         parts=nothing,
         loaders=nothing,
         manager=manager or Recorder(),
         claim=nothing,
         dist_info=DistInfo(),
-        lr=0.1,
         num_epochs=num_epochs,
         position=Position(epoch=first_epoch),
         decode_during_validation=False,
@@ -154,33 +154,29 @@ def test_an_elastic_restart_on_fewer_processes_keeps_the_global_batch_by_accumul
     keep the global batch of 16, recorded in the options checkpoints store, said in one line; where no
     whole number keeps it (3 processes), the new global batch is said; outside torchrun's agent, or
     without --resume auto, nothing changes (the resume check then compares as ever)."""
-    from vtools.cli.declared import resume_changeable
-    from vtools.cli.train_flags import build_parser
-    from vtools.cli.typed import typed_options
-    from vtools.options.train_job import TrainJob
+    from vtools.cli.train_flags import build_parser, typed
     from vtools.runtime.distributed import DistInfo
     from vtools.train.resume import SavedOptions
     from vtools.train.run import keep_global_batch
 
-    args = build_parser().parse_args(["--batch-size", "8", "--resume", "auto"])
-    job, saved = typed_options(TrainJob, args), SavedOptions(vars(args), resume_changeable(build_parser()))
+    job = typed(build_parser().parse_args(["--batch-size", "8", "--resume", "auto"]))
     state = {"args": {"batch_size": 8, "grad_accum_steps": 1}, "world_size": 2}
     said: list[str] = []
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    kept, kept_saved, elastic = keep_global_batch(job, saved, state, DistInfo(0, 1), said.append)
-    assert (kept.optim.grad_accum_steps, kept_saved.values["grad_accum_steps"], elastic) == (2, 2, True)
+    kept, elastic = keep_global_batch(job, state, DistInfo(0, 1), said.append)  # the checkpoints record the job's
+    assert (kept.optim.grad_accum_steps, SavedOptions.of(kept).values["grad_accum_steps"], elastic) == (2, 2, True)
     assert said == [
         "torchrun continues the run on 1 process(es) instead of 2: --grad-accum-steps 1 -> 2 keeps its global "
         "batch of 16"
     ]
     said.clear()
-    same, _, elastic = keep_global_batch(job, saved, state, DistInfo(0, 3), said.append)
+    same, elastic = keep_global_batch(job, state, DistInfo(0, 3), said.append)
     assert same.optim.grad_accum_steps == 1 and elastic
     assert said == [
         "torchrun continues the run on 3 process(es) instead of 2: the global batch is 24 (it was 16; no whole "
         "--grad-accum-steps keeps it)"
     ]
-    assert keep_global_batch(job, saved, state, DistInfo(0, 2), said.append)[2] is False  # the same count
+    assert keep_global_batch(job, state, DistInfo(0, 2), said.append)[1] is False  # the same count
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE")
-    assert keep_global_batch(job, saved, state, DistInfo(0, 1), said.append) == (job, saved, False)
+    assert keep_global_batch(job, state, DistInfo(0, 1), said.append) == (job, False)

@@ -318,9 +318,7 @@ def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -
     return parser.parse_args(argv)
 
 
-def dump_config(
-    args: argparse.Namespace, path: str | Path, exclude: tuple[str, ...] = ("config", "resume", "data")
-) -> str:
-    """The resolved options as YAML: ``train.py -c`` on it repeats the run."""
-    data = {key: value for key, value in sorted(vars(args).items()) if key not in exclude}
+def dump_config(options: Mapping[str, Any], exclude: tuple[str, ...] = ("config", "resume", "data")) -> str:
+    """The resolved options (by flag name) as YAML: ``train.py -c`` on it repeats the run."""
+    data = {key: value for key, value in sorted(options.items()) if key not in exclude}
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)

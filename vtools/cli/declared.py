@@ -19,7 +19,7 @@ from typing import Any
 
 from vtools.cli.parser import KeyValuePairs
 from vtools.cli.timm_compat import mark_no_op, mark_refused
-from vtools.options.declare import DECLARATION, Declaration, declared_fields, default_of
+from vtools.options.declare import ANNOTATION, DECLARATION, Declaration, declared_fields, default_of
 from vtools.options.values import KEY_VALUE_PAIRS
 
 _MAY_CHANGE_ON_RESUME = "vtools_may_change_on_resume"
@@ -59,7 +59,8 @@ def add_declared(
             raise TypeError(f"{concern.__name__}.{name}: a command may change {sorted(CHANGEABLE)}, not {unknown}")
         found = _changed(found, change.pop("help", None), change.pop("reason", None), change.pop("no_op", None))
         default = change.pop("default", default_of(field))
-        _add_one(group, name, found, default, {**_value_keywords(hints[name]), **found.argparse, **change})
+        action = _add_one(group, name, found, default, {**_value_keywords(hints[name]), **found.argparse, **change})
+        setattr(action, ANNOTATION, hints[name])  # the typed options' field (vtools/cli/typed.py)
 
 
 def _changed(declared: Declaration, help_text: str | None, reason: str | None, no_op: str | None) -> Declaration:

@@ -10,9 +10,11 @@ from vtools.cli import train_flags
 from vtools.cli.declared import add_declared
 from vtools.cli.options import add_device_args, add_model_args, add_preprocess_args
 from vtools.cli.parser import OneLineParser, check_ranges
+from vtools.cli.typed import generated_options, typed_options
+from vtools.options.declare import ParsedOptions
 from vtools.options.shared import LoadingFlags, ResultFlags
 from vtools.options.tools import DEFAULT_TOLERANCES, ParityFlags
-from vtools.options.train_job import OptimOptions
+from vtools.options.train_job import OptimOptions, TrainJob
 
 DESCRIPTION = """\
 ``python -m vtools parity MODEL --device npu --against cpu``: does a device compute what another does?
@@ -31,7 +33,7 @@ reference, with tolerances for the dtype; --tol and --grad-tol override. Both si
 --channels-last puts the device side in channels_last. --results-file writes the per-layer table.
 
 ``python -m vtools parity --train -c RUN.yaml [train.py's flags] --device npu --against cpu --steps N``
-compares train.py's own step instead (vtools/observe/parity_recipe.py): each side builds the run as
+compares train.py's own step instead (vtools/train/parity_recipe.py): each side builds the run as
 train.py does (data and loader, model, timm's optimizer, loss, mixup, EMA, clipping) from the same weights
 and runs N batches through train.py's loop; the update is judged by the change it made to each weight.
 Every other flag is train.py's.
@@ -98,3 +100,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.train_args = None
     return args
+
+
+def typed(parsed: argparse.Namespace) -> ParsedOptions:
+    """parity's typed options; with ``--train``, train.py's job as ``train_job`` (None when a MODEL is compared)."""
+    train_args = getattr(parsed, "train_args", None)  # the Python API gives MODEL's options alone
+    return generated_options("parity", parsed, train_job=typed_options(TrainJob, train_args) if train_args else None)

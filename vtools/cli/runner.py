@@ -5,9 +5,9 @@ Every entry point (``train.py``, ``validate.py``, ``inference.py``, ``vtools COM
 :func:`run_command`. A command the registry (vtools/cli/registry.py) gives a flags module has its options
 parsed and checked there before torch, timm or the data libraries are imported (a few seconds on a small
 machine), so ``--help``, a mistyped flag, every refusal that reads only the command line and a data path
-that is not there answer at once; then comes the guarded ``import torch``, and the command runs with the
-parsed options. Every failure a user can act on ends as one line with the exit code of the table in
-docs/training.md. This module imports nothing heavy, so it works when torch cannot.
+that is not there answer at once; then comes the guarded ``import torch``, and the command runs with its
+typed options (vtools/cli/typed.py). Every failure a user can act on ends as one line with the exit code of
+the table in docs/training.md. This module imports nothing heavy, so it works when torch cannot.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from vtools.cli.data_path import check_data_exists
 from vtools.cli.registry import command
+from vtools.cli.typed import command_options
 from vtools.errors import EXIT_RUN_FAILED, RunFailed, UsageError, fail, is_dead_worker
 from vtools.runtime.torch_import import import_torch
 
@@ -38,7 +39,7 @@ def command_main(name: str) -> Callable[[list[str] | None], int | None]:
         if hasattr(flags, "data_source"):  # a typo in a data path said before the imports
             check_data_exists(flags.data_source(options), options.dataset)
         import_torch()
-        return importlib.import_module(found.module).run(options)
+        return importlib.import_module(found.module).run(command_options(found.name, options))
 
     return main
 

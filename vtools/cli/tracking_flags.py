@@ -1,7 +1,8 @@
 """The experiment-tracker flag groups, generated from their declarations (vtools/options/shared.py
-``TrackingFlags``): timm's W&B flags (train.py) and MLflow's (train.py and validate.py).
+``TrackingFlags``, the one tracking concern): TensorBoard's and timm's W&B flags (train.py) and MLflow's (train.py
+and validate.py).
 
-The trackers themselves live in vtools/observe/ (tracking.py, wandb_tracker.py, mlflow_tracker.py).
+The trackers themselves live in vtools/observe/ (their registry: run_trackers.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def add_mlflow_args(group: Any, training: bool) -> None:
     )
     names = ("log_mlflow", "mlflow_experiment") + ("mlflow_artifacts",) * training
     add_declared(group, TrackingFlags, only=names, changes={"log_mlflow": {"help": MLFLOW_HELP.format(what=what)}})
+
+
+def add_tensorboard_arg(group: Any) -> None:
+    """--log-tensorboard (train.py): its scalars in the run folder."""
+    add_declared(group, TrackingFlags, only=("log_tensorboard",))
 
 
 def add_wandb_args(group: Any) -> None:

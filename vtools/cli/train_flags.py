@@ -24,7 +24,8 @@ from vtools.cli.options import (
     add_seed,
 )
 from vtools.cli.parser import OneLineParser, check_values
-from vtools.cli.tracking_flags import add_mlflow_args, add_wandb_args, check_tracking_args
+from vtools.cli.tracking_flags import add_mlflow_args, add_tensorboard_arg, add_wandb_args, check_tracking_args
+from vtools.cli.typed import typed_options
 from vtools.derived_options import mixup_requested
 from vtools.errors import UsageError
 from vtools.options.shared import LOADER_NO_OP_REASON
@@ -38,6 +39,7 @@ from vtools.options.train_job import (
     ModelOptions,
     OptimOptions,
     RunOptions,
+    TrainJob,
 )
 
 DESCRIPTION = "train.py's options: timm's train.py flags with timm's names, defaults and meanings."
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_seed(group)
             add_threshold(group, "precision, recall and F1 in summary.csv and the class report")
         elif concern is LoggingOptions:
+            add_tensorboard_arg(group)
             add_wandb_args(group)
             add_mlflow_args(group, training=True)
     add_device_args(parser, cpu_fallback=True)
@@ -94,6 +97,11 @@ MODEL_KWARGS_WITH_FLAGS = {
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """train.py's options (defaults < the -c YAML file < flags), with every check that reads only them done."""
     return check(parse_with_config(build_parser(), argv))
+
+
+def typed(parsed: argparse.Namespace) -> TrainJob:
+    """train.py's options as the typed job the training code takes (vtools/cli/typed.py)."""
+    return typed_options(TrainJob, parsed)
 
 
 def data_source(args: argparse.Namespace) -> str | None:

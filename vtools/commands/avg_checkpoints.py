@@ -5,7 +5,6 @@ Its options, and what ``--help`` says of it: vtools/cli/avg_checkpoints_flags.py
 
 from __future__ import annotations
 
-import argparse
 import glob
 import math
 import os
@@ -27,6 +26,7 @@ from vtools.models.checkpoint_weights import (
     sha256_of,
     write_weights,
 )
+from vtools.options.declare import ParsedOptions
 from vtools.options.tools import DEFAULT_AVERAGED
 from vtools.outputs import Output, check_outputs
 from vtools.run_ledger import LOCK_NAME, read_ledger
@@ -34,7 +34,7 @@ from vtools.run_ledger import LOCK_NAME, read_ledger
 DEFAULT_OUTPUT = DEFAULT_AVERAGED  # timm's, and ./averaged.safetensors with --safetensors
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     output = output_path(args.output, args.safetensors)
     folder = Path(args.input or ".")
     candidates = run_checkpoints(folder, args.filter)

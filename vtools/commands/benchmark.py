@@ -6,7 +6,6 @@ here the models are listed, measured one by one, and their rows written and prin
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from vtools.cli.typed import typed_options
 from vtools.errors import UsageError
 from vtools.evaluation.speed import SpeedOptions, benchmark_model, check_optimizer, macs_counter
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
 from vtools.runtime.options import RuntimeOptions
@@ -30,7 +30,7 @@ NO_RUNTIME_TUNING = {
 }
 
 
-def model_names(args: argparse.Namespace) -> list[str]:
+def model_names(args: ParsedOptions) -> list[str]:
     """The models to measure, as timm picks them: --model-list (a file of names; here also a wildcard),
     --model all (timm's pretrained models), a --model wildcard, or the one --model."""
     import timm
@@ -56,7 +56,7 @@ def _matching(wildcard: str, flag: str) -> list[str]:
     return names
 
 
-def speed_options(args: argparse.Namespace, amp_dtype: str | None) -> SpeedOptions:
+def speed_options(args: ParsedOptions, amp_dtype: str | None) -> SpeedOptions:
     """The measured options; --amp sets --precision as timm does, to amp or amp_bfloat16 (``amp_dtype``)."""
     precision = args.precision
     if amp_dtype is not None:
@@ -64,7 +64,7 @@ def speed_options(args: argparse.Namespace, amp_dtype: str | None) -> SpeedOptio
     return typed_options(SpeedOptions, args, precision=precision)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     """Measure the models of the parsed options (vtools/cli/benchmark_flags.py ``parse``)."""
     check_args(args)
     results = Path(args.results_file) if args.results_file else None
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_args(args: argparse.Namespace) -> argparse.Namespace:
+def check_args(args: ParsedOptions) -> ParsedOptions:
     """Every value a measurement would fail on, refused before the first model (each flag's range as the
     parser reads it, then these): a bad size or optimizer is the same mistake for every model, not a row of
     errors that exits 0."""

@@ -6,7 +6,6 @@ Its options, and what ``--help`` says of it: vtools/cli/bulk_flags.py.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -21,6 +20,7 @@ from typing import Any
 
 from vtools.commands.benchmark import check_list_apart, listed_names
 from vtools.errors import UsageError
+from vtools.options.declare import ParsedOptions
 from vtools.options.tools import DEFAULT_BULK_RESULTS
 from vtools.progress import progress
 from vtools.results import write_rows
@@ -32,7 +32,7 @@ SCRIPTS = {name: ["-m", "vtools", name.removesuffix(".py")] for name in ("benchm
 RUN_COLUMNS = {"--img-size": ("img_size", "infer_img_size", "train_img_size"), "--crop-pct": ("crop_pct",)}
 
 
-def command(args: argparse.Namespace) -> list[str]:
+def command(args: ParsedOptions) -> list[str]:
     """The command line each model's process starts with (before --model and the sizes), as timm builds it."""
     if args.no_python and args.module:
         raise UsageError("--no_python and --module exclude each other: a module runs with python")
@@ -107,7 +107,7 @@ def run_one(base: list[str], model: str, extra: list[str], folder: Path) -> list
     return [{"model": model, **row} for row in (found if isinstance(found, list) else [found])]
 
 
-def sort_key(args: argparse.Namespace) -> str:
+def sort_key(args: ParsedOptions) -> str:
     if args.sort_key:
         return args.sort_key
     if _is_benchmark(args):
@@ -115,7 +115,7 @@ def sort_key(args: argparse.Namespace) -> str:
     return "top1"
 
 
-def _is_benchmark(args: argparse.Namespace) -> bool:
+def _is_benchmark(args: ParsedOptions) -> bool:
     return "benchmark" in args.script or "benchmark" in args.script_args[:1]
 
 
@@ -191,7 +191,7 @@ def _holds(row: dict[str, Any], extra: list[str]) -> bool:
     return True
 
 
-def check_script_args(args: argparse.Namespace) -> None:
+def check_script_args(args: ParsedOptions) -> None:
     """The arguments of vtools' own validate.py or benchmark checked here once, as the script would check
     them for every model: a data path that does not exist, a size or optimizer no model takes, would
     otherwise fail each model in turn, each after its own start-up."""
@@ -211,11 +211,11 @@ def check_script_args(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.script}: {err} (so for every model; none was run)") from err
 
 
-def _is_validate(args: argparse.Namespace) -> bool:
+def _is_validate(args: ParsedOptions) -> bool:
     return Path(args.script).name in ("validate.py", "validate") or args.script_args[:1] == ["validate"]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     base = command(args)
     results = Path(args.results_file or DEFAULT_RESULTS)
     fmt = "json" if results.suffix == ".json" else "csv"

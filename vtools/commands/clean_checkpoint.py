@@ -5,7 +5,6 @@ Its options, and what ``--help`` says of it: vtools/cli/clean_checkpoint_flags.p
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -21,10 +20,11 @@ from vtools.models.checkpoint_weights import (
     without_aux_bn,
     write_weights,
 )
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     checkpoint = Path(args.checkpoint)
     if not args.checkpoint or not checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint or '(none given)'}: no such file")
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_cleaned(
-    state: dict[str, torch.Tensor], folder: Path, stem: str, extension: str, args: argparse.Namespace
+    state: dict[str, torch.Tensor], folder: Path, stem: str, extension: str, args: ParsedOptions
 ) -> tuple[Path, str]:
     """Write ``state`` under a staging name no other process or file has, then give it its final name
     (which holds its hash) only where that name is free: a hard link fails on an existing file, where a

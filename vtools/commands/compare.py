@@ -5,7 +5,6 @@ Its options, and what ``--help`` says of it: vtools/cli/compare_flags.py.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,11 +17,12 @@ from vtools.evaluation.report_compare import (
     report_inputs,
     report_kind,
 )
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     if len(args.reports) < 2:
         raise UsageError("give two or more reports to compare (the first is the reference)")
     if args.output:

@@ -7,16 +7,16 @@ Its options, and what ``--help`` says of it: vtools/cli/env_flags.py.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from vtools.errors import UsageError, fail
 from vtools.observe.env_report import collect, format_report
+from vtools.options.declare import ParsedOptions
 from vtools.runtime import preflight
 from vtools.runtime.device import resolve_device
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     report = collect(args.device, tuple(args.device_modules or ()))
     print(format_report(report))
     sys.stdout.flush()

@@ -5,7 +5,6 @@ Its options, and what ``--help`` says of it: vtools/cli/export_flags.py.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -15,10 +14,11 @@ from vtools.deploy.export import check_images, compare, default_output, write_on
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
 from vtools.optional import optional_module
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     optional_module("onnx", "python -m vtools export")
     optional_module("onnxruntime", "python -m vtools export")
     target = default_output(args.output, args.checkpoint, args.model_name)

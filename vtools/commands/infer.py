@@ -7,7 +7,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from vtools.evaluation.multilabel_eval import above_threshold
 from vtools.models.create import is_multi_label_model, model_files, model_label
 from vtools.models.folder import label_lookup
 from vtools.observe.profiling import StepProfiler
+from vtools.options.declare import ParsedOptions
 from vtools.options.shared import SourceFlags
 from vtools.outputs import Output, check_outputs
 from vtools.results import RESULT_FORMATS, format_table, write_rows
@@ -37,7 +37,7 @@ from vtools.runtime.resolve import Runtime, setup_runtime
 CONSOLE_ROWS = 50
 
 
-def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
+def result_paths(args: ParsedOptions) -> list[tuple[Path, str]]:
     """Where each requested format is written: always somewhere, as in timm's inference.py (by default
     <model>-topk<K>.<format> in the current folder), so predictions are never only on the console. A run's
     model folder is named after its run (runs/a/model: a-topk1.csv), so two runs' results never share a name.
@@ -51,7 +51,7 @@ def result_paths(args: argparse.Namespace) -> list[tuple[Path, str]]:
 
 
 def make_rows(
-    args: argparse.Namespace,
+    args: ParsedOptions,
     name_of: Callable[[int], str],
     outputs: list[tuple],
     labels: list[str] | None,
@@ -121,7 +121,7 @@ def folder_images(source: str, class_map_file: str) -> FileSamples:
     return FileSamples(kept.packed().paths, unreadable=kept.unreadable)
 
 
-def check_paths(args: argparse.Namespace, source: str, results: list[Path]) -> None:
+def check_paths(args: ParsedOptions, source: str, results: list[Path]) -> None:
     """The results files (and the --profile trace) are apart from what this command reads, and their folder
     takes a file, before any model is built or image read."""
     inputs = [("SOURCE", source), ("--class-map", args.class_map), ("--checkpoint", args.checkpoint)]
@@ -133,11 +133,11 @@ def check_paths(args: argparse.Namespace, source: str, results: list[Path]) -> N
     check_outputs([*inputs, *model_files(args.model)], outputs)
 
 
-def _profile_label(args: argparse.Namespace) -> str:
+def _profile_label(args: ParsedOptions) -> str:
     return f"inference-{model_label(args.model)}"
 
 
-def inference_source(args: argparse.Namespace, root: str) -> Source:
+def inference_source(args: ParsedOptions, root: str) -> Source:
     """The images to classify: --dataset's split of ``root``, or the image files of SOURCE; under
     --on-bad-image error, refused first on entries known to be unreadable, before any model is built."""
     if args.dataset:
@@ -148,14 +148,14 @@ def inference_source(args: argparse.Namespace, root: str) -> Source:
     return source
 
 
-def inference_options(args: argparse.Namespace) -> EvalOptions:
+def inference_options(args: ParsedOptions) -> EvalOptions:
     """inference.py's options as the library takes them: the model's train size, as timm's inference.py;
     it has no --reparam or --crop-border-pixels."""
     resolved = resolved_model_flags(args)
     return typed_options(EvalOptions, args, **resolved, use_test_size=False, reparam=False, crop_border_pixels=None)
 
 
-def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
+def classify(args: ParsedOptions, source: Source, runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
     """The results rows of every image of ``source``, and the unreadable images skipped."""
     options = inference_options(args)
     model = EvalModel.load(args.model, args.checkpoint or "", options, runtime)
@@ -175,13 +175,13 @@ def classify(args: argparse.Namespace, source: Source, runtime: Runtime) -> tupl
     return make_rows(args, source.samples.name, outputs, labels, always_lists=multi_label), skipped
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     """Classify with options that vtools.cli.infer_flags.parse gave (the runner parses before importing torch)."""
     predict_rows(args)
     return 0
 
 
-def predict_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+def predict_rows(args: ParsedOptions) -> list[dict[str, Any]]:
     """inference.py's whole run (printing, the results files): the prediction rows, one per image, as
     written to the results files."""
     refuse_torchrun("inference.py")

@@ -5,7 +5,6 @@ Its two modes, its options and what ``--help`` says of it: vtools/cli/parity_fla
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from vtools.deploy.export import check_images
 from vtools.derived_options import model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.errors import RunFailed, UsageError
 from vtools.models.create import create_model, model_files
-from vtools.observe import parity, parity_recipe
+from vtools.observe import parity
+from vtools.options.declare import ParsedOptions
 from vtools.options.train_job import TrainJob
 from vtools.outputs import Output, check_outputs
 from vtools.results import write_rows
@@ -28,9 +28,10 @@ from vtools.runtime.device import resolve_device, seed_everything
 from vtools.runtime.distributed import refuse_torchrun
 from vtools.runtime.options import RuntimeOptions
 from vtools.runtime.resolve import setup_runtime
+from vtools.train import parity_recipe
 
 
-def check_args(args: argparse.Namespace) -> str:
+def check_args(args: ParsedOptions) -> str:
     """The command line's one-line refusals, before any model is built; the model to compare (MODEL or
     --model)."""
     check_values(args)
@@ -55,10 +56,10 @@ def check_args(args: argparse.Namespace) -> str:
     return model_name
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     """Compare the model on two devices, or (``--train``) train.py's own step (vtools/cli/parity_flags.py)."""
-    if getattr(args, "train_args", None) is not None:  # the Python API gives MODEL's options alone
-        return run_train(args, args.train_args)
+    if args.train_job is not None:
+        return run_train(args, args.train_job)
     refuse_torchrun("python -m vtools parity")
     model_name = check_args(args)
     runtime = setup_runtime(typed_options(RuntimeOptions, args))  # --device, its AMP policy, the cpu budget
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     return finish(entries, parity.verdict(entries, args.steps), args, runtime.device, reference)
 
 
-def parity_batch(args: argparse.Namespace, data_config: dict) -> tuple[torch.Tensor, torch.Tensor, str]:
+def parity_batch(args: ParsedOptions, data_config: dict) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The images both devices see (--data's, or a seeded random batch), seeded targets, and the words
     that name the batch on the first line."""
     if args.data:
@@ -107,7 +108,7 @@ def parity_batch(args: argparse.Namespace, data_config: dict) -> tuple[torch.Ten
 
 
 def trace_on(
-    side: tuple, model: torch.nn.Module, images: torch.Tensor, targets: torch.Tensor, args: argparse.Namespace
+    side: tuple, model: torch.nn.Module, images: torch.Tensor, targets: torch.Tensor, args: ParsedOptions
 ) -> object:
     """One device's trace; a model that fails there is a one-line run failure naming the device."""
     device, amp, channels_last = side
@@ -120,17 +121,16 @@ def trace_on(
         raise RunFailed(f"the model failed on {device}: {first}") from None
 
 
-def run_train(own: argparse.Namespace, train_args: argparse.Namespace) -> int:
-    """--train: train.py's own step on both devices (vtools/observe/parity_recipe.py)."""
+def run_train(own: ParsedOptions, job: TrainJob) -> int:
+    """--train: train.py's own step on both devices (vtools/train/parity_recipe.py)."""
     refuse_torchrun("python -m vtools parity --train")
-    job = typed_options(TrainJob, train_args)
     refused = {"--torchcompile": job.model.torchcompile, "--model-dtype": job.runtime.model_dtype}
     refused["--resume"] = job.run.resume
     for flag, value in refused.items():
         if value:
             raise UsageError(f"{flag}: parity --train compares eager steps from the start; run it without {flag}")
     if own.results_file:
-        check_outputs(training_inputs(job, train_args.config), [Output("--results-file", Path(own.results_file))])
+        check_outputs(training_inputs(job, job.run.config), [Output("--results-file", Path(own.results_file))])
     runtime = setup_runtime(job.runtime)
     reference = resolve_device(own.against, job.runtime.device_modules or (), flag="--against")
     tols = parity.default_tolerances(runtime.amp.dtype_name, own.tol, own.grad_tol)
@@ -155,7 +155,7 @@ def training_inputs(job: TrainJob, config: str) -> list[tuple[str, str | Path | 
     ]
 
 
-def finish(entries: list, verdict: str, own: argparse.Namespace, device: torch.device, reference: torch.device) -> int:
+def finish(entries: list, verdict: str, own: ParsedOptions, device: torch.device, reference: torch.device) -> int:
     """The per-layer table (with --results-file), the verdict, and exit 3 when a tensor is out of tolerance."""
     if own.results_file:
         rows = [{**entry.row(), "device": str(device), "against": str(reference)} for entry in entries]

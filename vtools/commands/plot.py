@@ -5,15 +5,15 @@ Its options, and what ``--help`` says of it: vtools/cli/plot_flags.py.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from vtools.errors import UsageError
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     from vtools.observe.curves import plot_runs, read_summary_rows  # torch and matplotlib: after the parse
 
     runs = [Path(run) for run in args.runs]

@@ -5,14 +5,14 @@ Its options, and what ``--help`` says of it: vtools/cli/shards_flags.py.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from vtools.options.declare import ParsedOptions
 from vtools.outputs import Output, check_outputs
 from vtools.runtime.cpu_budget import usable_cores
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     # unset: the usable cores; 0 (the loaders' "in the main process"): one process here
     workers = len(usable_cores()) if args.workers is None else max(1, args.workers)
     out = Path(args.out)

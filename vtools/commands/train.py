@@ -10,59 +10,52 @@ Options come from the defaults, then the YAML file (-c), then the command line.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vtools.cli.config import dump_config
-from vtools.cli.declared import resume_changeable
-from vtools.cli.train_flags import build_parser as build_parser  # train.py's parser, as tests and tools reach it
-from vtools.cli.typed import typed_options
-from vtools.data.readers.registry import Source
 from vtools.errors import EXIT_STREAM_LOST, UsageError
 from vtools.evaluation.best_epoch import metric_text
 from vtools.evaluation.loops import EvalResult
 from vtools.evaluation.report_files import CONFUSION, OVERALL
 from vtools.models.create import weights_description
-from vtools.observe.curves import ScalarLog, plot_runs, read_summary_rows
-from vtools.observe.data_wait import DataWaitVerdict, LoaderSetting
+from vtools.observe.curves import plot_runs, read_summary_rows
+from vtools.observe.data_wait import DataWaitVerdict
 from vtools.observe.fallback import CSV_NAME, FallbackWatch
 from vtools.observe.figures import pyplot
 from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import draw_report_or_why_not
 from vtools.observe.run_trackers import training_trackers
-from vtools.observe.tracking import TRACKING_FILE, RunEnd, Trackers
+from vtools.observe.tracking import TRACKING_FILE, Trackers
 from vtools.observe.wandb_tracker import WANDB_FOLDER
 from vtools.options.train_job import TrainJob
+from vtools.run_events import LogPoint, RunEnd
 from vtools.runtime import device as dev
 from vtools.runtime.device_cards import device_label
 from vtools.runtime.distributed import DistInfo, barrier, check_collective_timeout, init_distributed, shutdown
 from vtools.runtime.heartbeat import rank_heartbeat, report_progress
 from vtools.runtime.resolve import Runtime, setup_runtime
 from vtools.train import recipe
-from vtools.train.assemble import Loaders
 from vtools.train.checkpoint import BEST, LAST, recovery_files
-from vtools.train.loop import EpochResult, LogPoint, StopRequest, exit_code
-from vtools.train.resume import RunFolder, SavedOptions, choose_run_folder
+from vtools.train.loop import EpochResult, StopRequest, exit_code
+from vtools.train.resume import RunFolder, choose_run_folder
 from vtools.train.run import Say, TrainingRun, set_up, stop_check_every
 from vtools.train.run_clock import RunClock, clock_text
 from vtools.train.run_files import CONFIG_NAMES, EVAL_DIR, MODEL_DIR, SUMMARY, TrainOutcome, write_run_config
 from vtools.train.run_lock import FolderClaim, owned_folder
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train with options that vtools.cli.train_flags.parse gave (the runner parses before importing torch)."""
-    return train_run(args).code
+def run(job: TrainJob) -> int:
+    """Train the job the command line gave (vtools/cli/train_flags.py parses it before torch is imported)."""
+    return train_run(job).code
 
 
-def train_run(args: argparse.Namespace) -> TrainOutcome:
+def train_run(job: TrainJob) -> TrainOutcome:
     """Train as ``train.py`` does with these options (printing what it prints) and say how the run ended:
-    the seam the Python API calls. The options become a typed :class:`TrainJob` here, once."""
-    job = typed_options(TrainJob, args)
+    the seam the Python API calls."""
     runtime = setup_runtime(job.runtime)
     if job.distributed.sync_bn and runtime.device.type == "cpu":
         raise UsageError("--sync-bn needs an accelerator: torch's SyncBatchNorm does not run on cpu")
@@ -74,17 +67,17 @@ def train_run(args: argparse.Namespace) -> TrainOutcome:
     dist_info = init_distributed(device, backend, timeout)
     try:  # a rank that stops answering ends the job in one line (vtools/runtime/heartbeat.py)
         with rank_heartbeat(dist_info.rank, dist_info.world_size, timeout, device_label(device)):
-            return train(args, job, runtime, dist_info)
+            return train(job, runtime, dist_info)
     finally:
         shutdown()
 
 
-def train(args: argparse.Namespace, job: TrainJob, runtime: Runtime, dist_info: DistInfo) -> TrainOutcome:
+def train(job: TrainJob, runtime: Runtime, dist_info: DistInfo) -> TrainOutcome:
     """Train in a run folder this run owns (rank 0 holds its lock; a failed start leaves none behind)."""
     run = choose_run_folder(job.run, job.model.model, job.data.data_dir, dist_info)
     with owned_folder(run.path, enabled=dist_info.is_main, made=run.made) as claim:
         with FallbackWatch(runtime.device.type, fatal=job.run.no_cpu_fallback) as fallbacks:
-            code, last_lines, model_dir = run_training(args, job, run, runtime, dist_info, claim)
+            code, last_lines, model_dir = run_training(job, run, runtime, dist_info, claim)
         if dist_info.is_main:  # every rank runs the same operators: rank 0's count stands for the run
             path = claim.folder / CSV_NAME
             claim.wrote(path, created=not path.exists())
@@ -98,22 +91,22 @@ def train(args: argparse.Namespace, job: TrainJob, runtime: Runtime, dist_info: 
 
 
 def run_training(
-    args: argparse.Namespace, job: TrainJob, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
+    job: TrainJob, run: RunFolder, runtime: Runtime, dist_info: DistInfo, claim: FolderClaim
 ) -> tuple[int, list[str], Path | None]:
     """Set the run up, say how it starts, train its epochs and finish it. Returns the exit code, for a run
     that finished its final summary (printed after the fallback count), and the model folder it exported."""
     say = print if dist_info.is_main else (lambda *a, **k: None)
-    saved = SavedOptions(dict(vars(args)), resume_changeable(build_parser()))
-    training = set_up(job, saved, run, runtime, dist_info, claim, say)
+    training = set_up(job, run, runtime, dist_info, claim, say)
+    options = config_options(job, training.settings.batch_size)
     if dist_info.is_main:
-        write_run_config(config_text(args, training.settings.batch_size), claim, say)
+        write_run_config(dump_config(options), claim, say)
     for line in start_lines(job, runtime, training):
         say(line)
     training.start()
-    watch = watch_run(job, runtime, training, say, config_options(args, training.settings.batch_size))
+    watch = watch_run(job, runtime, training, say, options)
     ended = RunEnd("FAILED", {})  # what the trackers are told if the run ends by an exception
     try:
-        with StopRequest(runtime.device, check_every=stop_check_every(job, dist_info)) as stop, closing(watch.scalars):
+        with StopRequest(runtime.device, check_every=stop_check_every(job, dist_info)) as stop:
             code = train_epochs(training, stop, watch, say)
             if code is not None:
                 ended = RunEnd("KILLED", run_figures(training))
@@ -133,15 +126,10 @@ def run_training(
                 say(line)
 
 
-def config_options(args: argparse.Namespace, batch_size: int) -> dict[str, Any]:
-    """The parsed options with the batch size the run trains with (fitted to a tiny set): config.yaml's
-    values, the trackers' config and params."""
-    return {**vars(args), "batch_size": batch_size}
-
-
-def config_text(args: argparse.Namespace, batch_size: int) -> str:
-    """config.yaml's text, so that ``train.py -c config.yaml`` and a resume repeat the run."""
-    return dump_config(argparse.Namespace(**config_options(args, batch_size)), CONFIG_NAMES[0])
+def config_options(job: TrainJob, batch_size: int) -> dict[str, Any]:
+    """The job's options with the batch size the run trains with (fitted to a tiny set): config.yaml's
+    values (``train.py -c config.yaml`` repeats the run), the trackers' config and params."""
+    return {**job.values(), "batch_size": batch_size}
 
 
 def run_figures(training: TrainingRun) -> dict[str, float | int | str]:
@@ -164,7 +152,12 @@ def report_dir(claim: FolderClaim) -> Path | None:
 
 def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[str]:
     """What the run says before its first step: what trains where and how, and warnings about its options."""
-    parts, world_size, lr, num_epochs = training.parts, training.dist_info.world_size, training.lr, training.num_epochs
+    parts, world_size, lr, num_epochs = (
+        training.parts,
+        training.dist_info.world_size,
+        training.plan.lr,
+        training.num_epochs,
+    )
     lines = [
         f"training {job.model.model} on {runtime.device} ({runtime.amp.dtype_name}"
         f"{', GradScaler' if parts.scaler else ''}), {len(training.loaders.sampler.order) * world_size} train / "
@@ -191,7 +184,7 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
         )
     lines += [f"amp: {runtime.amp.note}"] if runtime.amp.note else []
     lines += [f"device: {note}" for note in runtime.notes]
-    defaults = device_defaults_line(job, training, runtime.device.type)
+    defaults = training.plan.device_defaults_line(runtime.device.type)
     if defaults:
         lines.append(defaults)
     lines.append(f"cpu budget: {runtime.budget.describe()}")
@@ -202,29 +195,11 @@ def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[
     return lines
 
 
-def device_defaults_line(job: TrainJob, training: TrainingRun, device_type: str) -> str:
-    """The choices the device's own defaults made (the layout, torch's fused optimizer step), so a user
-    comparing devices knows what to give both runs; '' when the flags chose them."""
-    chosen = []
-    if job.model.channels_last is None:
-        chosen.append(f"{'channels-last' if training.loaders.channels_last else 'channels-first'} layout")
-    fused = recipe.fused_step(training.parts.optimizer)
-    if fused is not None and "fused" not in job.optim.opt_kwargs:
-        chosen.append(f"{'fused' if fused else 'per-tensor'} optimizer step")
-    if not chosen:
-        return ""
-    return (
-        f"{device_type} defaults: {' and '.join(chosen)}; another device may choose otherwise (to compare "
-        "devices step for step, give both --channels-last and --opt-kwargs fused=False)"
-    )
-
-
 @dataclass(frozen=True)
 class RunWatch:
-    """What watches the run from above the training layer: TensorBoard, W&B and MLflow, the profiler, the
-    data-wait advice, and the log step's line."""
+    """What watches the run from above the training layer: the trackers (TensorBoard, W&B, MLflow), the
+    profiler, the data-wait advice, and the log step's line."""
 
-    scalars: ScalarLog
     trackers: Trackers
     profiler: StepProfiler
     data_wait: DataWaitVerdict
@@ -232,25 +207,23 @@ class RunWatch:
 
 
 def watch_run(job: TrainJob, runtime: Runtime, training: TrainingRun, say: Say, options: dict[str, Any]) -> RunWatch:
-    """TensorBoard, the trackers and the profile on rank 0, the data-wait advice for this run's loaders, and
-    a log step that goes to them and (without a progress bar) to a line with the run's ETA."""
+    """The trackers and the profile on rank 0, the data-wait advice for this run's loaders, and a log step
+    that goes to them and (without a progress bar) to a line with the run's ETA."""
     is_main, out_dir = training.dist_info.is_main, training.claim.folder
-    scalars = ScalarLog(out_dir / "tensorboard" if job.logging.log_tensorboard and is_main else None)
     device = str(runtime.device)
     trackers = training_trackers(job, options, training.claim, training.resumed, device, say, is_main)
     trackers.begin()  # before the loaders fork their workers (vtools/observe/tracking.py)
     profiler = StepProfiler(job.logging.profile, runtime.device, out_dir, "train", enabled=is_main)
-    data_wait = DataWaitVerdict(loader_setting(job, runtime, training.loaders, training.data.train))
+    data_wait = DataWaitVerdict(training.plan.loader)
 
     def on_log(point: LogPoint) -> None:
         report_progress(point.epoch, point.step)  # the step a line naming a stopped rank gives
-        scalars.step(point)
         trackers.step(point)
         line = training.clock.step_line(point)
         if line:
             say(line)
 
-    return RunWatch(scalars, trackers, profiler, data_wait, on_log)
+    return RunWatch(trackers, profiler, data_wait, on_log)
 
 
 def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say: Say) -> int | None:
@@ -277,7 +250,6 @@ def train_epochs(training: TrainingRun, stop: StopRequest, watch: RunWatch, say:
             return EXIT_STREAM_LOST if result.lost else exit_code(stop.signal_name)
         saved = training.save_epoch(epoch, result, metrics, predictions, stop)
         if training.dist_info.is_main:
-            watch.scalars.epoch(saved.row)
             watch.trackers.epoch(saved.row)
             say(epoch_line(epoch, result, saved.metrics, saved.best, training.clock.since_epoch_start))
             verdict = watch.data_wait.epoch(epoch, result.data_wait, result.steps)
@@ -314,19 +286,6 @@ def finish(training: TrainingRun, say: Say) -> Path | None:
     if report:
         say(report)
     return exported.folder
-
-
-def loader_setting(job: TrainJob, runtime: Runtime, loaders: Loaders, source: Source) -> LoaderSetting:
-    """What the data-wait advice depends on, for this run."""
-    paths = source.samples.paths  # a few spread over the set, not a copy of a million names
-    return LoaderSetting(
-        runtime.budget,
-        workers_given=job.runtime.workers is not None,
-        from_files=not job.data.dataset,
-        data_path=job.data.data_dir or "",
-        img_size=int(loaders.data_config["input_size"][-1]),
-        sample_files=tuple(str(path) for path in paths[:: max(1, len(paths) // 8)][:8]),
-    )
 
 
 RUN_FILES = (  # what a finished run leaves, in the order the final summary names them

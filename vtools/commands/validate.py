@@ -7,7 +7,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fnmatch
 import glob
@@ -41,7 +40,8 @@ from vtools.observe.profiling import StepProfiler
 from vtools.observe.report_plots import CONFUSION_PNG, RELIABILITY_PNG, draw_report_or_why_not
 from vtools.observe.run_trackers import validation_trackers
 from vtools.observe.tracking import Trackers
-from vtools.options.shared import SourceFlags
+from vtools.options.declare import ParsedOptions
+from vtools.options.shared import SourceFlags, TrackingFlags
 from vtools.outputs import Output, check_outputs
 from vtools.results import format_table, write_rows
 from vtools.runtime.distributed import refuse_torchrun
@@ -89,7 +89,7 @@ def expand_checkpoints(spec: str) -> list[str]:
     return [spec]
 
 
-def check_data_first(args: argparse.Namespace) -> None:
+def check_data_first(args: ParsedOptions) -> None:
     """The data's cheap checks (folder or shards exist, classes and images are there, columns are
     known), before any model is created or downloaded: a typo in the path must not cost a download,
     or a minute of retries offline."""
@@ -105,7 +105,7 @@ def check_data_first(args: argparse.Namespace) -> None:
         refuse_known_bad(FileSamples(found.entries.paths, unreadable=found.entries.unreadable), args.on_bad_image)
 
 
-def validation_options(args: argparse.Namespace) -> ValidationOptions:
+def validation_options(args: ParsedOptions) -> ValidationOptions:
     """validate.py's options as the library takes them: the pretrained config's test size unless
     --use-train-size."""
     evaluation = typed_options(EvalOptions, args, **resolved_model_flags(args), use_test_size=not args.use_train_size)
@@ -113,7 +113,7 @@ def validation_options(args: argparse.Namespace) -> ValidationOptions:
 
 
 def validate_one(
-    args: argparse.Namespace,
+    args: ParsedOptions,
     options: ValidationOptions,
     model_name: str,
     checkpoint: str,
@@ -135,7 +135,7 @@ def validate_one(
     return result.row
 
 
-def check_paths(args: argparse.Namespace, pairs: list[tuple[str, str]], reports: list[Path | None]) -> None:
+def check_paths(args: ParsedOptions, pairs: list[tuple[str, str]], reports: list[Path | None]) -> None:
     """Every file this validation writes (results, class reports, profiles) is apart from what it reads
     and from each other, and its folder takes a file, before any model is built or data read."""
     inputs = [
@@ -165,7 +165,7 @@ def fallbacks_path(results_file: str) -> Path:
     return Path(results_file).with_suffix(f".{CSV_NAME}")
 
 
-def _profile_folder(args: argparse.Namespace) -> Path:
+def _profile_folder(args: ParsedOptions) -> Path:
     """--profile traces go beside the results file, or into the current folder."""
     return Path(args.results_file or "results").parent
 
@@ -201,7 +201,7 @@ def pair_name(model: str, checkpoint: str) -> str:
 
 
 def validate_with_retry(
-    args: argparse.Namespace,
+    args: ParsedOptions,
     options: ValidationOptions,
     model_name: str,
     checkpoint: str,
@@ -235,13 +235,13 @@ def _metrics_line(row: dict[str, Any], average: str | None) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ParsedOptions) -> int:
     """Validate with options that vtools.cli.validate_flags.parse gave (the runner parses before importing torch)."""
     validate_models(args)
     return 0
 
 
-def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
+def validate_models(args: ParsedOptions) -> list[dict[str, Any]]:
     """validate.py's whole run (printing, the --results-file, a one-line error when a model failed): the
     results rows, as written to --results-file."""
     refuse_torchrun("validate.py")
@@ -253,7 +253,7 @@ def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
     check_paths(args, pairs, reports)
     check_data_first(args)
     tags = {"dataset": str(args.dataset or args.data_dir or args.data or ""), "device": str(runtime.device)}
-    with validation_trackers(args.log_mlflow, args.mlflow_experiment, tracked_options(args), tags, print) as trackers:
+    with validation_trackers(typed_options(TrackingFlags, args), tracked_options(args), tags, print) as trackers:
         with FallbackWatch(runtime.device.type, fatal=args.no_cpu_fallback) as fallbacks:
             rows, failures = validate_pairs(args, pairs, reports, runtime, trackers)
         print(format_table(rows, result_columns(rows) + (["checkpoint"] if args.checkpoint else [])))
@@ -268,9 +268,9 @@ def validate_models(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def tracked_options(args: argparse.Namespace) -> dict[str, Any]:
+def tracked_options(args: ParsedOptions) -> dict[str, Any]:
     """The options a validation run's MLflow params record (not where they are recorded)."""
-    return {key: value for key, value in vars(args).items() if key not in ("log_mlflow", "mlflow_experiment")}
+    return {key: value for key, value in args.values().items() if key not in ("log_mlflow", "mlflow_experiment")}
 
 
 RESULT_COLUMNS = [  # the console table's columns
@@ -287,7 +287,7 @@ def result_columns(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def validate_pairs(
-    args: argparse.Namespace,
+    args: ParsedOptions,
     pairs: list[tuple[str, str]],
     reports: list[Path | None],
     runtime: Runtime,

@@ -1,71 +1,20 @@
-"""Training curves: TensorBoard scalars while a run goes, and a picture of runs once they have ended.
+"""Training curves: a picture of runs once they have ended (TensorBoard's scalars, while a run goes, are a
+tracker's: vtools/observe/tensorboard_tracker.py).
 
-``--log-tensorboard`` writes, into ``<run>/tensorboard``, one point per epoch
-with the values of that epoch's ``summary.csv`` row (train/eval loss, top-1,
-top-5, lr, img/s, data wait) and one per log step (loss over the log window,
-lr, img/s, data wait). ``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr
-against epoch for one or several runs from their ``summary.csv`` files into a
-PNG; train.py draws ``<run>/curves.png`` when it ends.
-
-tensorboard is optional (requirements-deploy.txt); matplotlib is a core requirement.
+``python -m vtools plot RUN [RUN ...]`` draws loss, top-1 and lr against epoch for one or several runs from
+their ``summary.csv`` files into a PNG; train.py draws ``<run>/curves.png`` when it ends. matplotlib is a core
+requirement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from vtools.errors import UsageError
 from vtools.evaluation.best_epoch import best_epoch_of, higher_is_better
 from vtools.observe.figures import pyplot, save_png
-from vtools.observe.tracking import step_metrics
-from vtools.optional import TRACK, optional_module
 from vtools.results import read_number_table
-from vtools.train.loop import LogPoint
-
-EPOCH_SCALARS = {
-    "train_loss": "train/loss",
-    "eval_loss": "eval/loss",
-    "eval_top1": "eval/top1",
-    "eval_top5": "eval/top5",
-    "eval_map": "eval/map",
-    "eval_map_micro": "eval/map_micro",
-    "eval_f1": "eval/f1",
-    "lr": "lr",
-    "img_per_sec": "train/img_per_sec",
-    "data_wait": "train/data_wait",
-}
-
-
-class ScalarLog:
-    """TensorBoard event files for one run (rank 0), or nothing when not asked for."""
-
-    def __init__(self, folder: Path | None) -> None:
-        self.writer = None
-        if folder is not None:
-            optional_module("tensorboard", "--log-tensorboard", TRACK)
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(folder))
-
-    def step(self, point: LogPoint) -> None:
-        """A log step's figures at its update count, named as W&B and MLflow name them."""
-        if self.writer is not None:
-            for tag, value in step_metrics(point).items():
-                self.writer.add_scalar(tag, value, point.num_updates)
-
-    def epoch(self, row: dict[str, Any]) -> None:
-        """The epoch's summary.csv row (eval values are empty in epochs without validation)."""
-        if self.writer is not None:
-            for key, tag in EPOCH_SCALARS.items():
-                if row.get(key, "") != "":
-                    self.writer.add_scalar(tag, float(row[key]), int(row["epoch"]))
-            self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def read_summary_rows(run: Path) -> list[dict[str, str]]:

@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from vtools.observe.tracking import RunEnd, TrackedRun, epoch_metrics, step_metrics, tracker_package
-from vtools.train.loop import LogPoint
+from vtools.observe.tracking import TrackedRun, TrackerEntry, epoch_metrics, step_metrics, tracker_package
+from vtools.run_events import LogPoint, RunEnd
 
 RUN_ID_TAG = "vtools.run_id"
 ENV_DEFAULTS = {  # where the environment does not say otherwise
@@ -166,3 +166,12 @@ class MlflowValidation:
 
     def end(self, end: RunEnd) -> None:
         """Nothing to close: each model's run ended with its row."""
+
+
+ENTRY = TrackerEntry(
+    "MLflow",
+    ("log_mlflow", "mlflow_experiment", "mlflow_artifacts"),
+    training=lambda flags, run: MlflowTracker(run, flags.log_mlflow, flags.mlflow_experiment, flags.mlflow_artifacts),
+    validation=lambda flags, run: MlflowValidation(flags.log_mlflow, flags.mlflow_experiment, run.options, run.tags),
+    resumes=True,
+)

@@ -1,4 +1,4 @@
-"""Experiment trackers (W&B, MLflow) that never fail a run, nor keep it waiting past a bounded start.
+"""Experiment trackers (TensorBoard, W&B, MLflow) that never fail a run, nor keep it waiting past a bounded start.
 
 Each tracker runs behind a queue on a thread of its own: the training loop only hands over figures
 that are already on the host (a log step's, an epoch's summary.csv row), so a tracker adds no device
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from vtools.atomic import atomic_write_text
 from vtools.optional import TRACK
-from vtools.train.loop import LogPoint
+from vtools.run_events import ClaimedFolder, LogPoint, RunEnd
 
 TRACKING_FILE = "tracking.json"
 START_SECONDS = 60.0  # a tracker not started by then is given up (W&B's and MLflow's own timeouts are set below it)
@@ -45,31 +45,39 @@ KIND_NAMES = {  # what a tracker is sent: the name of its call, and how a line c
 
 @dataclass(frozen=True)
 class TrackedRun:
-    """What a tracker is told about the run when it starts."""
+    """What a training run's tracker is told about the run when it starts."""
 
     name: str  # the run folder's name
     folder: Path
-    tracking_id: str  # the run folder's id: W&B's run id, the MLflow run's tag vtools.run_id
+    tracking_id: str  # the folder's id: W&B's run id, the MLflow run's tag vtools.run_id ('' if none resumes)
     resumed: bool
     options: dict[str, Any]  # the resolved options, as config.yaml holds them
     tags: dict[str, str]  # model, dataset, device
+    claim: ClaimedFolder | None = None  # the folder's ledger (None: what a tracker writes there is not entered)
+    start_seconds: float = START_SECONDS  # how long its start may take
+
+    def writes(self, name: str) -> Path:
+        """``folder/name``, entered in the run folder's ledger before a tracker writes there, so that the
+        run's clean-up, its last line and the output guard know it as the run's."""
+        path = self.folder / name
+        if self.claim is not None:
+            self.claim.wrote(path, created=not path.exists())
+        return path
 
 
 @dataclass(frozen=True)
-class RunEnd:
-    """How the run ended, for the trackers' summaries."""
+class ValidationRun:
+    """What a validation's tracker is told when it starts (validate.py has no run folder)."""
 
-    status: str  # FINISHED, KILLED (a signal stopped it) or FAILED
-    summary: dict[str, float | int | str]
-    model_dir: Path | None = None  # the exported model folder, where the run finished
-    report_dir: Path | None = None  # the best epoch's class report
+    options: dict[str, Any]  # the command's options, as the tracker's params
+    tags: dict[str, str]  # dataset, device
 
 
 class Tracker(Protocol):
     """One experiment tracker. Its calls run on the tracker's own thread and may raise anything. A tracker
     of validation runs has ``result(row)`` instead of ``step`` and ``epoch``."""
 
-    name: str  # W&B, MLflow
+    name: str  # TensorBoard, W&B, MLflow
     where: str  # where the run is logged, known before the start (no network)
 
     def start(self) -> None: ...
@@ -82,6 +90,25 @@ class Tracker(Protocol):
 
 
 TRACKING_INSTALL = TRACK
+
+
+@dataclass(frozen=True)
+class TrackerEntry:
+    """One tracker as the commands know it (vtools/observe/run_trackers.py lists them): its name, the option
+    fields that ask for it and configure it, and how train.py and validate.py build it from those options."""
+
+    name: str
+    flags: tuple[str, ...]  # its option fields (TrackingFlags); the first asks for it
+    training: Callable[[Any, TrackedRun], Tracker] | None = None  # from train.py's job.tracking (None: not there)
+    validation: Callable[[Any, ValidationRun], Tracker] | None = None  # from validate.py's TrackingFlags
+    resumes: bool = False  # --resume continues its run, found by the folder's tracking id (tracking.json)
+    asked: Callable[[Any], bool] | None = None  # whether it is asked for, where no flag of its own says
+
+    def wanted(self, options: Any) -> bool:
+        """Whether a command's options ask for this tracker: its first flag given (a value, or true)."""
+        if self.asked is not None:
+            return self.asked(options)
+        return getattr(options, self.flags[0]) not in (None, False)
 
 
 def tracker_package(name: str) -> Any:

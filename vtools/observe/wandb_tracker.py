@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from vtools.evaluation.report_files import PER_CLASS
-from vtools.observe.tracking import RunEnd, TrackedRun, epoch_metrics, step_metrics, tracker_package
-from vtools.train.loop import LogPoint
+from vtools.observe.tracking import TrackedRun, TrackerEntry, epoch_metrics, step_metrics, tracker_package
+from vtools.run_events import LogPoint, RunEnd
 
 WANDB_FOLDER = "wandb"  # W&B makes it inside the folder it is given
 RESOLVED_KEY = "run"  # the config's entry for the run's model, data and device as resolved (npu:0, the folder)
@@ -103,3 +103,16 @@ def _number_or_text(cell: str) -> Any:
         return float(cell) if any(c in cell for c in ".eEn") else int(cell)
     except ValueError:
         return cell
+
+
+def training_tracker(flags: Any, run: TrackedRun) -> WandbTracker:
+    """train.py's W&B run, from its flags; ``<run>/wandb`` is entered in the folder's ledger (a ``WANDB_DIR``
+    elsewhere is not the run's to list or clean)."""
+    if files_folder(run.folder) == run.folder / WANDB_FOLDER:
+        run.writes(WANDB_FOLDER)
+    return WandbTracker(run, flags.wandb_project, flags.wandb_tags, flags.wandb_resume_id, run.start_seconds)
+
+
+ENTRY = TrackerEntry(
+    "W&B", ("log_wandb", "wandb_project", "wandb_tags", "wandb_resume_id"), training=training_tracker, resumes=True
+)

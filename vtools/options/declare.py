@@ -11,11 +11,13 @@ flags keep timm's exact spellings (aliases, ``nargs``, ``--no-*`` names), which 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 DECLARATION = "vtools_option"  # the metadata key of a declared field
+ANNOTATION = "vtools_annotation"  # where a generated flag keeps its field's type
 
 
 @dataclass(frozen=True)
@@ -113,3 +115,39 @@ def default_of(field: dataclasses.Field) -> Any:
 def declared_fields(concern: type) -> list[tuple[dataclasses.Field, Declaration]]:
     """The fields of the dataclass ``concern`` declared here, in declaration order."""
     return [(field, found) for field in dataclasses.fields(concern) if (found := declaration(field)) is not None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedOptions:
+    """A command's options once parsed: one typed field per flag, frozen. The command line's edge makes a
+    subclass per command from its flags' declarations (vtools/cli/typed.py), so the library reads declared,
+    typed values that nothing below the command line can change, never a parser's namespace."""
+
+    def values(self) -> dict[str, Any]:
+        """Every option by name, as config files and trackers show them."""
+        return flat_values(self)
+
+
+def flat_values(options: Any) -> dict[str, Any]:
+    """Every leaf field of the dataclass ``options`` by name, the fields of nested concerns included (a
+    training job's ``optim.lr`` as ``lr``): the flags' names, as timm's args.yaml keys them."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if dataclasses.is_dataclass(value):
+            values |= flat_values(value)
+        else:
+            values[field.name] = value
+    return values
+
+
+def option_names(cls: type) -> set[str]:
+    """Every option name the dataclass ``cls`` holds, its nested concerns' included."""
+    hints = typing.get_type_hints(cls)
+    names: set[str] = set()
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            names |= option_names(hints[field.name])
+        else:
+            names.add(field.name)
+    return names

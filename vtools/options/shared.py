@@ -464,6 +464,12 @@ class TrackingFlags:
 
     title: ClassVar[str] = "experiment tracking"
 
+    log_tensorboard: bool = option(
+        "--log-tensorboard",
+        default=False,
+        resume=True,
+        help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard",
+    )
     log_wandb: bool = option(
         "--log-wandb",
         default=False,

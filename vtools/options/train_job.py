@@ -6,8 +6,8 @@ options is declared here once, as a field with :func:`~vtools.options.declare.op
 help, allowed values and whether a resume may change it. train.py's parser (vtools/cli/train_flags.py) is
 generated from these fields, and its checks, which the Python API runs too, read them. A field without a
 declaration is a flag other commands share, declared once in vtools/options/shared.py. The command edge
-fills the concerns from the parsed Namespace (``vtools.cli.typed.typed_options``); timm's refused and no-op
-flags (vtools/options/train_compat.py) change nothing, so no concern holds them.
+fills the concerns from its parse (``vtools.cli.typed.typed_options``); timm's refused and no-op flags
+(vtools/options/train_compat.py) change nothing, and :class:`TimmOnlyOptions` only keeps them for config.yaml.
 """
 
 from __future__ import annotations
@@ -27,8 +27,24 @@ from vtools.options.declare import (
     LOW_HIGH,
     NOT_NEGATIVE,
     POSITIVE,
+    declared_fields,
+    flat_values,
     option,
+    option_names,
 )
+from vtools.options.shared import (
+    DeviceFlags,
+    EvalModelFlags,
+    LoadingFlags,
+    ModelFlags,
+    NaflexFlags,
+    PreprocessFlags,
+    ResultFlags,
+    RunFileFlags,
+    SourceFlags,
+    TrackingFlags,
+)
+from vtools.options.train_compat import FeatureDistillFlags, TimmTrainFlags
 from vtools.runtime.options import RuntimeOptions
 
 
@@ -466,6 +482,7 @@ class RunOptions:
     )
     seed: int
     no_cpu_fallback: bool  # an operator that falls back to the cpu stops the run
+    config: str  # the -c run file the options came from ('' for none); config.yaml leaves it out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -511,19 +528,6 @@ class LoggingOptions:
         help="batches between loss checks and bar updates; under torchrun also the updates "
         "between the ranks' checks for a stop signal (default: 50)",
     )
-    log_tensorboard: bool = option(
-        "--log-tensorboard",
-        default=False,
-        resume=True,
-        help="write TensorBoard scalars (per epoch and per log step) to <run>/tensorboard",
-    )
-    log_wandb: bool
-    wandb_project: str | None  # None: W&B's default project
-    wandb_tags: list[str]
-    wandb_resume_id: str  # '' for the run folder's own W&B run
-    log_mlflow: str | None  # a tracking URI, '' for MLflow's default, None: off
-    mlflow_experiment: str | None  # None: MLFLOW_EXPERIMENT_NAME, else MLflow's Default
-    mlflow_artifacts: bool  # upload the model folder and the class report at the end
     profile: int  # steps profiled (0: none)
 
 
@@ -556,8 +560,34 @@ class DistillOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TimmOnlyOptions:
+    """timm's train.py flags that act on nothing here: refused at any value but timm's default, or accepted
+    without effect (each declaration says why). No training code reads them; the job keeps their values so
+    that config.yaml holds every key of timm's args.yaml and a timm user's file round-trips."""
+
+    title: ClassVar[str] = "timm's flags without effect here"
+
+    train: TimmTrainFlags
+    feature_distill: FeatureDistillFlags
+    pin_mem: bool
+    no_prefetcher: bool
+    torchscript: bool
+    fuser: str
+    dataset_trust_remote_code: bool
+    naflex_loader: bool
+    naflex_train_seq_lens: list[int]
+    naflex_max_seq_len: int
+    naflex_patch_sizes: list[int] | None
+    naflex_patch_size_probs: list[float] | None
+    naflex_patchify_channels_first: bool
+    naflex_loss_scale: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainJob:
-    """Every option of a training run, by concern."""
+    """Every option of a training run, by concern: the only carrier of train.py's options below the command
+    line (config.yaml, the checkpoints' options, the trackers' parameters and the resume check are made
+    from it, :meth:`values`)."""
 
     data: DataOptions
     model: ModelOptions
@@ -566,11 +596,50 @@ class TrainJob:
     run: RunOptions
     distributed: DistributedOptions
     logging: LoggingOptions
+    tracking: TrackingFlags  # the trackers, the concern validate.py has too (vtools/observe/run_trackers.py)
     distill: DistillOptions
     runtime: RuntimeOptions
+    timm: TimmOnlyOptions
+
+    def values(self) -> dict[str, Any]:
+        """Every option by its flag's name (timm's args.yaml keys), as config.yaml and the checkpoints hold them."""
+        return flat_values(self)
 
 
 def job_concerns() -> tuple[type, ...]:
     """The concerns :class:`TrainJob` is made of, in its order."""
     hints = typing.get_type_hints(TrainJob)
     return tuple(hints[field.name] for field in dataclasses.fields(TrainJob))
+
+
+# the shared declarations train.py's flags draw from (vtools/cli/train_flags.py), beside the job's own
+SHARED_CONCERNS = (
+    RunFileFlags,
+    DeviceFlags,
+    ModelFlags,
+    PreprocessFlags,
+    SourceFlags,
+    LoadingFlags,
+    NaflexFlags,
+    EvalModelFlags,
+    ResultFlags,
+    TrackingFlags,
+)
+
+
+def resume_changeable() -> frozenset[str]:
+    """The options a resumed run may give another value than the run it continues, as their declarations
+    mark them (``resume=True``): where things go, how fast they run, how much is logged. Every other
+    option is compared with the checkpoint's (vtools/train/resume.py)."""
+    marked = {field.name for concern in SHARED_CONCERNS for field, found in declared_fields(concern) if found.resume}
+    return frozenset((marked | _marked_in(TrainJob)) & option_names(TrainJob))
+
+
+def _marked_in(cls: type) -> set[str]:
+    """The names of ``cls``'s fields declared ``resume=True``, in its nested concerns too."""
+    hints = typing.get_type_hints(cls)
+    marked = {field.name for field, found in declared_fields(cls) if found.resume}
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            marked |= _marked_in(hints[field.name])
+    return marked

@@ -218,10 +218,12 @@ def build_loaders(
     workers: int,
     dtype: torch.dtype | None = None,
     keep_decoded: bool = True,
+    channels_last: bool | None = None,
 ) -> Loaders:
     """Training batches (seeded order and augmentation) and exact-once validation batches, on the device
     (in ``dtype``, --model-dtype, when given). ``keep_decoded=False`` never keeps decoded images for later
-    epochs, as for a set too large to fit (the bench's loader ceiling measures ImageNet's case so)."""
+    epochs, as for a set too large to fit (the bench's loader ceiling measures ImageNet's case so).
+    ``channels_last``: the run plan's layout (vtools/train/plan.py); None decides it here the same way."""
     data, seed = job.data, job.run.seed
     data_config = data_config_for(model, preprocess_overrides(job.model))
     mode = data.input_img_mode or image_mode(data_config)
@@ -230,7 +232,8 @@ def build_loaders(
     augment = recipe.build_train_transform(job.augment, data_config)
     transform = fuse(augment, mode, kind_of(device.type).computes_on_host) or augment
     check_training_memory(data, model, train_source, val_source, data_config, device, workers)
-    channels_last = use_channels_last(job.model.channels_last, model, device)
+    if channels_last is None:
+        channels_last = use_channels_last(job.model.channels_last, model, device)
     batches: Any
     if isinstance(train_source.samples, StreamedShards):
         if data.balanced_sampler:
@@ -383,17 +386,20 @@ def build_components(
     dtype: torch.dtype | None = None,
     class_weights: torch.Tensor | None = None,
     multi_label: bool = False,
+    lr: float | None = None,
 ) -> tuple[TrainComponents, float, int]:
     """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
     rate, and the number of epochs to train (timm's: warmup prefix and cool-down included);
-    ``class_weights`` (--class-weights) weight the loss's classes; ``multi_label``: multi-hot targets."""
+    ``class_weights`` (--class-weights) weight the loss's classes; ``multi_label``: multi-hot targets;
+    ``lr``: the run plan's peak rate (vtools/train/plan.py), None to scale it here the same way."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
     optim = job.optim
     if dist_info.enabled and job.distributed.sync_bn:
         model = convert_sync_batchnorm(model)
     updates_per_epoch = loaders.updates_per_epoch(optim.grad_accum_steps)
-    lr = recipe.scaled_lr(optim, job.data.batch_size * optim.grad_accum_steps * dist_info.world_size)
+    if lr is None:
+        lr = recipe.scaled_lr(optim, job.data.batch_size * optim.grad_accum_steps * dist_info.world_size)
     optimizer = recipe.build_optimizer(model, optim, lr)
     mixup = recipe.build_mixup(job.augment, num_classes, multi_label)
     scheduler, num_epochs = recipe.build_scheduler(

@@ -30,6 +30,7 @@ from vtools.data.readers.wds_stream import StreamLost
 from vtools.errors import RunFailed
 from vtools.models.prepare import unwrap
 from vtools.progress import progress
+from vtools.run_events import LogPoint
 from vtools.runtime import device as dev
 from vtools.runtime.amp import AmpPolicy
 from vtools.runtime.distributed import all_reduce_sum, any_rank
@@ -194,22 +195,6 @@ class TrainComponents:
         if self.task is not None:
             return self.task(images, targets)["loss"]
         return self.loss_fn(self.model(images), targets)
-
-
-@dataclass(frozen=True)
-class LogPoint:
-    """A log step's figures: the loss is the mean over the log window (one sync, which the log step makes
-    anyway); ``step`` counts the epoch's steps done, from ``first_step`` where a resumed epoch began."""
-
-    epoch: int
-    step: int
-    steps: int
-    first_step: int
-    num_updates: int
-    loss: float
-    lr: float
-    images_per_second: float  # over the epoch so far (this process's part of it)
-    data_wait: float  # the share of the epoch so far spent waiting for the next batch
 
 
 @dataclass(frozen=True)

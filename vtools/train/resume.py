@@ -24,7 +24,7 @@ from vtools.atomic import atomic_write
 from vtools.errors import UsageError
 from vtools.models.prepare import unwrap
 from vtools.models.weights import check_state_dict_fits
-from vtools.options.train_job import RunOptions
+from vtools.options.train_job import RunOptions, TrainJob, resume_changeable
 from vtools.outputs import Output, check_apart, prove_writable, run_folder_of
 from vtools.results import read_number_table
 from vtools.runtime import device as dev
@@ -70,10 +70,15 @@ class RunFolder:
 class SavedOptions:
     """Every option of the run as its checkpoints store them: a plain dict, the file format of timm's
     ``args`` (a resume compares it, validate.py --checkpoint reads it), and the names a resumed run may
-    change, as the flags declare them (vtools.cli.options.may_change_on_resume)."""
+    change, as their declarations mark them (``resume=True``)."""
 
     values: Mapping[str, Any]
     may_change: frozenset[str]
+
+    @classmethod
+    def of(cls, job: TrainJob) -> SavedOptions:
+        """The job's options, as its checkpoints store them."""
+        return cls(job.values(), resume_changeable())
 
 
 def _model_stem(model: str) -> str:

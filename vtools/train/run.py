@@ -20,7 +20,8 @@ from timm.utils import distribute_bn
 
 from vtools.data.readers.registry import Source
 from vtools.data.readers.wds_stream import StreamLost
-from vtools.derived_options import model_in_chans, timm_model_kwargs
+from vtools.data.transforms import data_config_for
+from vtools.derived_options import model_in_chans, preprocess_overrides, timm_model_kwargs
 from vtools.errors import RunFailed, UsageError
 from vtools.evaluation.loops import EvalResult, evaluate
 from vtools.evaluation.multilabel_eval import ScoreLog, scored
@@ -29,6 +30,7 @@ from vtools.models.create import create_model
 from vtools.models.prepare import unwrap
 from vtools.options.train_job import ModelOptions, TrainJob
 from vtools.outputs import Output, prove_writable
+from vtools.run_events import LogPoint
 from vtools.runtime import device as dev
 from vtools.runtime.attempt_store import under_agent_store
 from vtools.runtime.distributed import DistInfo, computed_by_main
@@ -48,13 +50,13 @@ from vtools.train.checkpoint import CheckpointManager, load_training_state
 from vtools.train.early_stop import EarlyStop, early_stop_of
 from vtools.train.loop import (
     EpochResult,
-    LogPoint,
     StopRequest,
     TrainComponents,
     UpdatePoint,
     alone,
     train_one_epoch,
 )
+from vtools.train.plan import RunPlan, plan_run
 from vtools.train.recovery import PROGRESS_NAME, ProgressMark, RecoverySchedule, recovery_saver
 from vtools.train.resume import (
     Position,
@@ -153,13 +155,13 @@ class TrainingRun:
     """Everything the epochs share, and the verbs that move the run on."""
 
     settings: EpochSettings
+    plan: RunPlan
     data: TrainingData
     parts: TrainComponents
     loaders: Loaders
     manager: CheckpointManager
     claim: FolderClaim
     dist_info: DistInfo
-    lr: float  # the schedule's peak rate
     num_epochs: int
     position: Position  # where this process begins
     decode_during_validation: bool  # the next epoch's decoding starts before validation (an accelerator)
@@ -386,7 +388,6 @@ class TrainingRun:
 
 def set_up(
     job: TrainJob,
-    saved: SavedOptions,
     folder: RunFolder,
     runtime: Runtime,
     dist_info: DistInfo,
@@ -406,18 +407,35 @@ def set_up(
     data, batch_size = open_data(job, dist_info, say)
     eval_metric = multi_label_metric(job, data, say)
     job = replace(job, data=replace(job.data, batch_size=batch_size), run=replace(job.run, eval_metric=eval_metric))
-    saved = replace(saved, values={**saved.values, "batch_size": batch_size, "eval_metric": eval_metric})
     if resume_state is not None:
-        job, saved, elastic = keep_global_batch(job, saved, resume_state, dist_info, say)
+        job, elastic = keep_global_batch(job, resume_state, dist_info, say)
         check_same_experiment(
-            resume_state, folder.resume, saved, job.optim.epochs, data.classes, len(data.train), dist_info, say, elastic
+            resume_state,
+            folder.resume,
+            SavedOptions.of(job),
+            job.optim.epochs,
+            data.classes,
+            len(data.train),
+            dist_info,
+            say,
+            elastic,
         )
     class_weights = class_balance(job.augment, job.data, data.train, data.classes, say)
     model = build_model(job.model, data.num_classes, device, runtime.model_dtype)
+    img_size = int(data_config_for(model, preprocess_overrides(job.model))["input_size"][-1])
+    plan = plan_run(job, runtime, model, img_size, data.train, dist_info.world_size)
     loaders = build_loaders(
-        job, model, data.train, data.val, device, dist_info, runtime.budget.workers, runtime.model_dtype
+        job,
+        model,
+        data.train,
+        data.val,
+        device,
+        dist_info,
+        runtime.budget.workers,
+        runtime.model_dtype,
+        channels_last=plan.channels_last,
     )
-    parts, lr, num_epochs = build_components(
+    parts, _, num_epochs = build_components(
         job,
         model,
         loaders,
@@ -428,6 +446,7 @@ def set_up(
         runtime.model_dtype,
         class_weights,
         data.multi_label,
+        lr=plan.lr,
     )
     manager = CheckpointManager(
         folder.path,
@@ -443,17 +462,17 @@ def set_up(
         carry_best_checkpoint(folder.resume, manager)
     return TrainingRun(
         EpochSettings.of(job),
+        plan,
         data,
         parts,
         loaders,
         manager,
         claim,
         dist_info,
-        lr,
         num_epochs,
         position,
         decode_during_validation=runtime.budget.decode_during_validation,
-        checkpoint_state=checkpoint_recorder(saved.values, parts, data, loaders, dist_info),
+        checkpoint_state=checkpoint_recorder(job.values(), parts, data, loaders, dist_info),
         empty_model=lambda: architecture(job.model, data.num_classes),
         resume_path=folder.resume,
         recovery=RecoverySchedule.of(job.run.recovery_interval, stop_check_every(job, dist_info), device),
@@ -596,27 +615,24 @@ def check_labels_fit(source: Source, classes: list[str] | None, num_classes: int
         )
 
 
-def keep_global_batch(
-    job: TrainJob, saved: SavedOptions, state: dict[str, Any], dist_info: DistInfo, say: Say
-) -> tuple[TrainJob, SavedOptions, bool]:
+def keep_global_batch(job: TrainJob, state: dict[str, Any], dist_info: DistInfo, say: Say) -> tuple[TrainJob, bool]:
     """A torchrun job continued with --resume auto on another number of processes (an elastic membership
     change, a restart on fewer nodes) keeps its global batch by accumulating more (or fewer) steps per
     update, and says so; where no whole number of steps keeps it, it goes on with the new global batch
-    and says that. Returns the job, its options as checkpoints record them, and whether the global batch
-    may differ from the checkpoint's (an elastic change). Any other resume is compared as it is."""
+    and says that. Returns the job and whether the global batch may differ from the checkpoint's (an elastic
+    change). Any other resume is compared as it is."""
     if job.run.resume != "auto" or not under_agent_store() or state.get("world_size") in (None, dist_info.world_size):
-        return job, saved, False
+        return job, False
     before, accum = global_batch(state), job.optim.grad_accum_steps
     kept = accumulation_keeping(state, job.data.batch_size, dist_info.world_size, accum)
     change = f"torchrun continues the run on {dist_info.world_size} process(es) instead of {state['world_size']}"
     if kept is not None:
         say(f"{change}: --grad-accum-steps {accum} -> {kept} keeps its global batch of {before}")
-        job = replace(job, optim=replace(job.optim, grad_accum_steps=kept))
-        return job, replace(saved, values={**saved.values, "grad_accum_steps": kept}), True
+        return replace(job, optim=replace(job.optim, grad_accum_steps=kept)), True
     now = job.data.batch_size * dist_info.world_size * accum
     if now != before:
         say(f"{change}: the global batch is {now} (it was {before}; no whole --grad-accum-steps keeps it)")
-    return job, saved, True
+    return job, True
 
 
 def check_same_experiment(

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from vtools.train.loop import LogPoint
+from vtools.run_events import LogPoint
 
 
 def clock_text(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""vtools parity --train: train.py's own step on the emulated npu against the cpu (vtools/observe/parity_recipe.py).
+"""vtools parity --train: train.py's own step on the emulated npu against the cpu (vtools/train/parity_recipe.py).
 
 The emulator runs the cpu's kernels, so with the device defaults forced equal the two sides must agree to the
 bit; a weight decay that only the npu's optimizer gets must fail, named at the first weight it changes.
@@ -17,12 +17,12 @@ from tests.conftest import REPO
 from vtools.cli.train_flags import parse
 from vtools.cli.typed import typed_options
 from vtools.errors import RunFailed, UsageError
-from vtools.observe import parity, parity_recipe
+from vtools.observe import parity
 from vtools.options.train_job import TrainJob
 from vtools.runtime.amp import resolve_amp
 from vtools.runtime.device import resolve_device
 from vtools.runtime.resolve import setup_runtime
-from vtools.train import recipe
+from vtools.train import parity_recipe, recipe
 
 STEPS = 3
 BOTH = "compares the cpu with the emulated npu itself"
