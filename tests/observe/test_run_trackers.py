@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import typing
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO, summary, train_args
 from tests.observe import jsonl_tracker
+from vtools import observe
 from vtools.cli import train_flags
 from vtools.cli.typed import typed_options
 from vtools.observe import run_trackers
@@ -53,14 +55,14 @@ def test_both_trackers_start_with_the_folder_id_name_and_tags(tmp_path: Path, mo
         trackers = training_trackers(
             options, {"model": "test_resnet", "lr": 0.1}, claim, False, "cpu", said.append, True
         )
-        wandb, mlflow = (feed.tracker for feed in trackers.feeds)
+        mlflow, wandb = (feed.tracker for feed in trackers.feeds)  # the registry's order: module names
         assert isinstance(wandb, WandbTracker) and isinstance(mlflow, MlflowTracker)
         trackers.begin()
         run_id = json.loads((claim.folder / TRACKING_FILE).read_text())["id"]
         assert wandb.run_id == run_id and wandb.run_info.name == "run-a"
         assert {TRACKING_FILE, WANDB_FOLDER} <= claim.ledger
         assert trackers.close(RunEnd("FINISHED", {"best_top1": 50.0, "best_epoch": 0})) == []
-    assert said == [f"tracking: {wandb.name} ({wandb.where})", f"tracking: MLflow ({uri})"]
+    assert said == [f"tracking: MLflow ({uri})", f"tracking: {wandb.name} ({wandb.where})"]
     assert list((tmp_path / "run-a" / WANDB_FOLDER).glob(f"offline-run-*-{run_id}"))
     from mlflow import MlflowClient
 
@@ -107,12 +109,12 @@ def test_every_tracker_is_asked_for_by_declared_option_fields() -> None:
     validate.py's TrackingFlags); the first of them, given, asks for it."""
     fields = {field.name for field in dataclasses.fields(TrackingFlags)}
     assert typing.get_type_hints(TrainJob)["tracking"] is TrackingFlags
-    assert [entry.name for entry in TRACKERS] == ["TensorBoard", "W&B", "MLflow"]
+    assert [entry.name for entry in TRACKERS] == ["MLflow", "TensorBoard", "W&B"]  # every *_tracker.py's
     for entry in TRACKERS:
         assert entry.flags and entry.asked is None, entry.name
         assert set(entry.flags) <= fields, entry.name
     asked = job("--log-tensorboard", "--log-mlflow").tracking
-    assert [entry.name for entry in TRACKERS if entry.wanted(asked)] == ["TensorBoard", "MLflow"]
+    assert [entry.name for entry in TRACKERS if entry.wanted(asked)] == ["MLflow", "TensorBoard"]
     assert not any(entry.wanted(job().tracking) for entry in TRACKERS)
 
 
@@ -120,8 +122,8 @@ def test_every_tracker_is_asked_for_by_declared_option_fields() -> None:
 
 
 def test_the_development_guide_shows_the_registry_and_a_real_tracker() -> None:
-    """ "Adding a tracker" quotes the registry line as run_trackers.py has it and the whole of the suite's
-    JSON-lines tracker, the module the next test runs in train.py and validate.py."""
+    """ "Adding a tracker" quotes the registry's naming rule as run_trackers.py has it and the whole of the
+    suite's JSON-lines tracker, the module the next test runs in train.py and validate.py."""
     guide = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
     registry, module = re.findall(r"```python\n(.*?)```", guide[guide.index("## Adding a tracker") :], re.S)
     assert registry in (REPO / "vtools" / "observe" / "run_trackers.py").read_text(encoding="utf-8")
@@ -136,7 +138,13 @@ def test_a_tracker_written_as_the_guide_says_runs_in_train_and_validate(
     from vtools.cli.runner import command_main
 
     events = tmp_path / "events.jsonl"
-    monkeypatch.setattr(run_trackers, "TRACKERS", (*run_trackers.TRACKERS, jsonl_tracker.ENTRY))
+    beside = tmp_path / "beside"  # the module as the guide says to save it, and no other edit
+    beside.mkdir()
+    shutil.copy(jsonl_tracker.__file__, beside / "jsonl_tracker.py")
+    monkeypatch.setattr(observe, "__path__", [*observe.__path__, str(beside)])
+    found = run_trackers.tracker_entries()
+    assert [entry.name for entry in found] == ["JSON lines", "MLflow", "TensorBoard", "W&B"]
+    monkeypatch.setattr(run_trackers, "TRACKERS", found)
     monkeypatch.setenv(jsonl_tracker.VARIABLE, str(events))
     argv = train_args(fashion4, tmp_path, "run", "--device", "cpu", "--epochs", "1", "--log-interval", "4")
     assert command_main("train")(argv[1:]) == 0

@@ -1,24 +1,38 @@
 """The trackers, as one registry, and which of them a command's options ask for.
 
-Each tracker module declares its ``ENTRY`` (vtools/observe/tracking.py ``TrackerEntry``: its name, its option
-fields, how train.py and validate.py build it); :data:`TRACKERS` lists them. train.py: the entries with a
-training tracker whose flag is given, on rank 0 (the other ranks send nothing). validate.py: those with a
-validation tracker (MLflow: one run per model). The trackers' packages are imported on their own threads
-(vtools/observe/tracking.py), so that asking for one never slows or stops the command's start.
+Each tracker module, ``vtools/observe/<name>_tracker.py``, declares its ``ENTRY`` (vtools/observe/tracking.py
+``TrackerEntry``: its name, its option fields, how train.py and validate.py build it); :data:`TRACKERS` is
+every such entry, found by the modules' names, so a new tracker is its module and nothing else here.
+train.py: the entries with a training tracker whose flag is given, on rank 0 (the other ranks send nothing).
+validate.py: those with a validation tracker (MLflow: one run per model). The trackers' packages are imported
+on their own threads (vtools/observe/tracking.py), so that asking for one never slows or stops the start.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-from vtools.observe import mlflow_tracker, tensorboard_tracker, wandb_tracker
+from vtools import observe
 from vtools.observe.tracking import START_SECONDS, TrackedRun, TrackerEntry, Trackers, ValidationRun, tracking_id
 from vtools.options.shared import TrackingFlags
 from vtools.options.train_job import TrainJob
 from vtools.run_events import ClaimedFolder
 
-TRACKERS: tuple[TrackerEntry, ...] = (tensorboard_tracker.ENTRY, wandb_tracker.ENTRY, mlflow_tracker.ENTRY)
+TRACKER_MODULE = "_tracker"  # vtools/observe/<name>_tracker.py: a tracker's module, with its ENTRY
+
+
+def tracker_entries() -> tuple[TrackerEntry, ...]:
+    """The ``ENTRY`` of every tracker module of vtools/observe/, in the modules' name order."""
+    names = sorted(module.name for module in pkgutil.iter_modules(observe.__path__))
+    return tuple(
+        importlib.import_module(f"{observe.__name__}.{name}").ENTRY for name in names if name.endswith(TRACKER_MODULE)
+    )
+
+
+TRACKERS: tuple[TrackerEntry, ...] = tracker_entries()
 RUN_TAGS = ("model", "dataset", "device")
 
 
