@@ -12,6 +12,7 @@ import torch
 from tests.conftest import write_image_set
 from vtools.cli.train_flags import parse, typed
 from vtools.runtime import device as dev
+from vtools.runtime.distributed import DistInfo
 from vtools.runtime.resolve import setup_runtime
 from vtools.train import recipe
 from vtools.train.assemble import build_datasets
@@ -29,7 +30,7 @@ def planned(data: Path, device: torch.device, model_name: str, *flags: str):
     runtime = setup_runtime(job.runtime)
     model = timm.create_model(model_name, num_classes=3)
     train, _, _ = build_datasets(job.data)
-    return job, runtime, model, plan_run(job, runtime, model, 32, train, world_size=2)
+    return job, runtime, model, plan_run(job, runtime, model, 32, train, DistInfo(0, 2))
 
 
 def test_the_rate_is_scaled_to_the_global_batch_before_any_optimizer(device: torch.device, tmp_path: Path) -> None:
@@ -67,3 +68,33 @@ def test_a_vit_keeps_the_channels_first_layout(device: torch.device, tmp_path: P
     flags = ("--lr", "0.01", "--model-kwargs", "img_size=32", "patch_size=16", "depth=1", "embed_dim=48", "num_heads=2")
     _, _, _, plan = planned(data, device, "vit_tiny_patch16_224", *flags)
     assert plan.channels_last is False
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--batch-size", "4", "--grad-accum-steps", "2"),  # 3 batches: the last update takes one
+        ("--batch-size", "3", "--grad-accum-steps", "2", "--aug-repeats", "3"),
+        ("--batch-size", "2", "--grad-accum-steps", "3", "--balanced-sampler", "--sched-on-updates"),
+        ("--batch-size", "4", "--epochs", "5", "--cooldown-epochs", "2", "--warmup-prefix", "--warmup-epochs", "1"),
+    ],
+    ids=["plain", "repeats", "balanced", "cooldown"],
+)
+def test_the_epochs_counts_are_what_the_loaders_and_schedule_then_build(
+    device: torch.device, tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    """The plan counts an epoch's batches and updates, and timm's schedule length, before anything is built;
+    the loaders and the schedule built afterwards have exactly those counts."""
+    from vtools.runtime.distributed import DistInfo
+    from vtools.train.assemble import build_components, build_loaders
+
+    data = image_folders(tmp_path)
+    job, runtime, model, _ = planned(data, device, "resnet10t", "--lr", "0.01", *flags)
+    plan = plan_run(job, runtime, model, 32, build_datasets(job.data)[0], DistInfo())
+    train, val, _ = build_datasets(job.data)
+    model = model.to(device)
+    loaders = build_loaders(job, model, train, val, device, DistInfo(), 0, channels_last=plan.channels_last)
+    assert len(loaders.train) == plan.batches_per_epoch
+    assert loaders.updates_per_epoch(job.optim.grad_accum_steps) == plan.updates_per_epoch
+    built = build_components(job, model, loaders, 3, device, runtime.amp, DistInfo())  # decided there, alone
+    assert (built[1], built[2]) == (plan.lr, plan.num_epochs)

@@ -152,17 +152,14 @@ def report_dir(claim: FolderClaim) -> Path | None:
 
 def start_lines(job: TrainJob, runtime: Runtime, training: TrainingRun) -> list[str]:
     """What the run says before its first step: what trains where and how, and warnings about its options."""
-    parts, world_size, lr, num_epochs = (
-        training.parts,
-        training.dist_info.world_size,
-        training.plan.lr,
-        training.num_epochs,
-    )
+    parts, plan = training.parts, training.plan
+    world_size, lr, num_epochs = plan.world_size, plan.lr, plan.num_epochs
     lines = [
         f"training {job.model.model} on {runtime.device} ({runtime.amp.dtype_name}"
         f"{', GradScaler' if parts.scaler else ''}), {len(training.loaders.sampler.order) * world_size} train / "
         f"{len(training.loaders.val.dataset)} val images, {training.data.num_classes} classes, "
-        f"{rate_text(lr, recipe.mean_lr(parts.optimizer))}, {num_epochs} epochs, {world_size} process(es) -> "
+        f"{rate_text(lr, recipe.mean_lr(parts.optimizer))}, {num_epochs} epochs of {plan.updates_per_epoch} "
+        f"update(s), {world_size} process(es) -> "
         f"{training.claim.folder}"
     ]
     optim = job.optim

@@ -386,20 +386,23 @@ def build_components(
     dtype: torch.dtype | None = None,
     class_weights: torch.Tensor | None = None,
     multi_label: bool = False,
-    lr: float | None = None,
+    planned: tuple[float, int] | None = None,
 ) -> tuple[TrainComponents, float, int]:
     """Layout, sync BN, optimizer, schedule, loss, mixup, EMA and GradScaler for this run, the learning
     rate, and the number of epochs to train (timm's: warmup prefix and cool-down included);
     ``class_weights`` (--class-weights) weight the loss's classes; ``multi_label``: multi-hot targets;
-    ``lr``: the run plan's peak rate (vtools/train/plan.py), None to scale it here the same way."""
+    ``planned``: the run plan's peak rate and updates per epoch (vtools/train/plan.py), which the optimizer
+    and the schedule take; None (a recipe built alone, as parity's) decides both here the same way."""
     if loaders.channels_last:
         model.to(memory_format=torch.channels_last)
     optim = job.optim
     if dist_info.enabled and job.distributed.sync_bn:
         model = convert_sync_batchnorm(model)
-    updates_per_epoch = loaders.updates_per_epoch(optim.grad_accum_steps)
-    if lr is None:
+    if planned is not None:
+        lr, updates_per_epoch = planned
+    else:
         lr = recipe.scaled_lr(optim, job.data.batch_size * optim.grad_accum_steps * dist_info.world_size)
+        updates_per_epoch = loaders.updates_per_epoch(optim.grad_accum_steps)
     optimizer = recipe.build_optimizer(model, optim, lr)
     mixup = recipe.build_mixup(job.augment, num_classes, multi_label)
     scheduler, num_epochs = recipe.build_scheduler(

@@ -423,7 +423,7 @@ def set_up(
     class_weights = class_balance(job.augment, job.data, data.train, data.classes, say)
     model = build_model(job.model, data.num_classes, device, runtime.model_dtype)
     img_size = int(data_config_for(model, preprocess_overrides(job.model))["input_size"][-1])
-    plan = plan_run(job, runtime, model, img_size, data.train, dist_info.world_size)
+    plan = plan_run(job, runtime, model, img_size, data.train, dist_info)
     loaders = build_loaders(
         job,
         model,
@@ -435,7 +435,7 @@ def set_up(
         runtime.model_dtype,
         channels_last=plan.channels_last,
     )
-    parts, _, num_epochs = build_components(
+    parts, _, _ = build_components(
         job,
         model,
         loaders,
@@ -446,7 +446,7 @@ def set_up(
         runtime.model_dtype,
         class_weights,
         data.multi_label,
-        lr=plan.lr,
+        planned=(plan.lr, plan.updates_per_epoch),
     )
     manager = CheckpointManager(
         folder.path,
@@ -469,7 +469,7 @@ def set_up(
         manager,
         claim,
         dist_info,
-        num_epochs,
+        plan.num_epochs,
         position,
         decode_during_validation=runtime.budget.decode_during_validation,
         checkpoint_state=checkpoint_recorder(job.values(), parts, data, loaders, dist_info),
