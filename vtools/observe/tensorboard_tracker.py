@@ -14,6 +14,7 @@ from typing import Any
 
 from vtools.observe.tracking import TrackedRun, TrackerEntry, step_metrics
 from vtools.optional import TRACK, optional_module
+from vtools.options.shared import TrackingFlags
 from vtools.run_events import LogPoint, RunEnd
 
 TENSORBOARD_FOLDER = "tensorboard"
@@ -64,7 +65,7 @@ class TensorBoardTracker:
         self.writer.close()
 
 
-def training_tracker(flags: Any, run: TrackedRun) -> TensorBoardTracker:
+def training_tracker(flags: TrackingFlags, run: TrackedRun) -> TensorBoardTracker:
     """train.py's event files, in ``<run>/tensorboard``: entered in the folder's ledger once the package is found."""
     tracker = TensorBoardTracker(run.folder / TENSORBOARD_FOLDER)
     run.writes(TENSORBOARD_FOLDER)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from vtools.atomic import atomic_write_text
 from vtools.optional import TRACK
+from vtools.options.shared import TrackingFlags
 from vtools.run_events import ClaimedFolder, LogPoint, RunEnd
 
 TRACKING_FILE = "tracking.json"
@@ -99,12 +100,12 @@ class TrackerEntry:
 
     name: str
     flags: tuple[str, ...]  # its option fields (TrackingFlags); the first asks for it
-    training: Callable[[Any, TrackedRun], Tracker] | None = None  # from train.py's job.tracking (None: not there)
-    validation: Callable[[Any, ValidationRun], Tracker] | None = None  # from validate.py's TrackingFlags
+    training: Callable[[TrackingFlags, TrackedRun], Tracker] | None = None  # train.py's (job.tracking); None: none
+    validation: Callable[[TrackingFlags, ValidationRun], Tracker] | None = None  # validate.py's; None: none
     resumes: bool = False  # --resume continues its run, found by the folder's tracking id (tracking.json)
-    asked: Callable[[Any], bool] | None = None  # whether it is asked for, where no flag of its own says
+    asked: Callable[[TrackingFlags], bool] | None = None  # whether it is asked for, where no flag of its own says
 
-    def wanted(self, options: Any) -> bool:
+    def wanted(self, options: TrackingFlags) -> bool:
         """Whether a command's options ask for this tracker: its first flag given (a value, or true)."""
         if self.asked is not None:
             return self.asked(options)

@@ -23,6 +23,7 @@ from typing import Any
 
 from vtools.evaluation.report_files import PER_CLASS
 from vtools.observe.tracking import TrackedRun, TrackerEntry, epoch_metrics, step_metrics, tracker_package
+from vtools.options.shared import TrackingFlags
 from vtools.run_events import LogPoint, RunEnd
 
 WANDB_FOLDER = "wandb"  # W&B makes it inside the folder it is given
@@ -105,7 +106,7 @@ def _number_or_text(cell: str) -> Any:
         return cell
 
 
-def training_tracker(flags: Any, run: TrackedRun) -> WandbTracker:
+def training_tracker(flags: TrackingFlags, run: TrackedRun) -> WandbTracker:
     """train.py's W&B run, from its flags; ``<run>/wandb`` is entered in the folder's ledger (a ``WANDB_DIR``
     elsewhere is not the run's to list or clean)."""
     if files_folder(run.folder) == run.folder / WANDB_FOLDER:
