@@ -38,7 +38,7 @@ OUT_OF_RANGE: dict[str, tuple[list[str], str]] = {
     "--clip-grad": (["0"], "must be greater than 0, got 0.0"),
     "--smoothing": (["1"], "must be from 0 up to (not including) 1, got 1.0"),
     "--lr": (["-0.1"], "must be 0 or more, got -0.1"),
-    "--seed": None,  # every integer seeds: no range, listed so the walk below knows it was considered
+    "--seed": (["1180591620717411303424"], "must fit in 64 bits (from -2**63 up to 2**63), got 1180591620717411303424"),
 }
 # what each command needs besides the flag to parse at all (its required arguments)
 REQUIRED = {

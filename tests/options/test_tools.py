@@ -22,6 +22,7 @@ REFUSED = [
     ("export", ["m", "--data", "d", "--atol", "-1"], "--atol must be 0 or more, got -1.0"),
     ("export", ["m", "--data", "d", "--rtol", "-0.5"], "--rtol must be 0 or more, got -0.5"),
     ("export", ["m", "--data", "d", "--opset", "0"], "--opset must be a positive integer, got 0"),
+    ("export", ["m", "--data", "d", "--check-images", "0"], "--check-images must be 1 or more, got 0"),
     ("bulk", ["--delay", "-1", "validate.py"], "--delay must be a number of seconds, 0 or more, got -1.0"),
     ("bulk", ["--delay", "nan", "validate.py"], "--delay must be a finite number, got nan"),
     ("parity", ["m", "--steps", "0"], "--steps must be 1 or more, got 0"),

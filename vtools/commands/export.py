@@ -37,7 +37,7 @@ def run(args: ParsedOptions) -> int:
         use_ema=args.use_ema,
     ).eval()
     data_config = data_config_for(model, {})
-    images = check_images(args.data, data_config, max(1, args.check_images))
+    images = check_images(args.data, data_config, args.check_images)
     staging = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         write_onnx(model, images[:2], staging, args.opset)

@@ -91,6 +91,11 @@ def mlflow_target(text: str) -> str | None:
     return text
 
 
+# torch seeds its generators from a 64-bit number (and each rank from --seed plus its rank): a larger one
+# stops the run inside torch.manual_seed; numpy takes the seed modulo 2**32 (vtools.runtime.device.seed_everything)
+SEED = Allowed(lambda v: -(2**63) <= v < 2**63, "must fit in 64 bits (from -2**63 up to 2**63)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunFileFlags:
     """The YAML file of options read first (vtools/cli/config.py): defaults < the file < the flags."""
@@ -376,7 +381,7 @@ class LoadingFlags:
         "counted (skip) (default: error)",
     )
     log_freq: int = option("--log-freq", default=10, allowed=POSITIVE, metavar="N", help="batches between log lines")
-    seed: int = option("--seed", default=42, metavar="S", help="random seed (default: 42)")
+    seed: int = option("--seed", default=42, allowed=SEED, metavar="S", help="random seed (default: 42)")
     pin_mem: bool = no_op("--pin-mem", default=False, resume=True, reason=LOADER_NO_OP_REASON)
     no_prefetcher: bool = no_op("--no-prefetcher", default=False, resume=True, reason=LOADER_NO_OP_REASON)
 

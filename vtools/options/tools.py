@@ -150,7 +150,9 @@ class ExportFlags:
     )
     output: str = option("--output", default="", metavar="PATH", help="where to write (default: beside the weights)")
     opset: int = option("--opset", default=17, allowed=POSITIVE, help="ONNX opset (default: 17)")
-    check_images: int = option("--check-images", default=64, metavar="N", help="images compared (default: 64)")
+    check_images: int = option(
+        "--check-images", default=64, allowed=AT_LEAST_ONE, metavar="N", help="images compared (default: 64)"
+    )
     atol: float = option(
         "--atol", default=1e-4, allowed=NOT_NEGATIVE, help="allowed absolute logit difference (default: 1e-4)"
     )
