@@ -17,7 +17,7 @@ class Command:
     """One command: ``summary`` is its line in ``vtools --help``. Every command has the same two halves:
     its flags module in vtools/cli/ (``<name>_flags.py``: ``build_parser()`` and ``parse(argv)``, torch-free,
     so its options are read and checked before torch loads) and its command module in vtools/commands/,
-    whose ``run(options)`` takes what ``parse`` gave."""
+    whose ``run(options)`` takes the parse made typed (vtools/cli/typed.py)."""
 
     name: str
     summary: str

@@ -65,7 +65,7 @@ def speed_options(args: ParsedOptions, amp_dtype: str | None) -> SpeedOptions:
 
 
 def run(args: ParsedOptions) -> int:
-    """Measure the models of the parsed options (vtools/cli/benchmark_flags.py ``parse``)."""
+    """Measure the models of the options the command line gave (parsed by vtools/cli/benchmark_flags.py)."""
     check_args(args)
     results = Path(args.results_file) if args.results_file else None
     check_list_apart(args.model_list, results)

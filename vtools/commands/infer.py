@@ -176,7 +176,7 @@ def classify(args: ParsedOptions, source: Source, runtime: Runtime) -> tuple[lis
 
 
 def run(args: ParsedOptions) -> int:
-    """Classify with options that vtools.cli.infer_flags.parse gave (the runner parses before importing torch)."""
+    """Classify with the command line's options (vtools/cli/infer_flags.py parses them before torch loads)."""
     predict_rows(args)
     return 0
 

@@ -236,7 +236,7 @@ def _metrics_line(row: dict[str, Any], average: str | None) -> str:
 
 
 def run(args: ParsedOptions) -> int:
-    """Validate with options that vtools.cli.validate_flags.parse gave (the runner parses before importing torch)."""
+    """Validate with the command line's options (vtools/cli/validate_flags.py parses them before torch loads)."""
     validate_models(args)
     return 0
 
